@@ -1,0 +1,147 @@
+"""The command line, `nrllm-sidecar`: thin wrappers that parse, call the store or a service, print."""
+
+import importlib
+import logging
+import signal
+import sys
+import threading
+
+import click
+
+from .config import Settings
+from .domain.lease import LeasePolicy
+from .store import db, leases, migrations
+
+
+def _bind() -> Settings:
+    settings = Settings.from_env()
+    db.bind(settings.database_url)
+    return settings
+
+
+def _load_executor(dotted: str):
+    module_name, _, attr = dotted.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)()
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load executor {dotted!r}: {exc}", param_hint="--executor") from exc
+
+
+def _on_termination(stop) -> None:
+    """SIGTERM and SIGINT stop gracefully (once); a second signal is left to the default handler."""
+
+    def handler(signum, _frame):
+        signal.signal(signum, signal.SIG_DFL)
+        threading.Thread(target=stop, name="shutdown", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+def main(verbose: bool) -> None:
+    """nr-llm sidecar: agent runs that can wait for people and remote agents."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@main.group("db")
+def db_group() -> None:
+    """The database schema."""
+
+
+@db_group.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending migrations (idempotent; safe to run from several processes at once)."""
+    _bind()
+    applied = migrations.upgrade()
+    click.echo(f"schema at version {migrations.current_version()}" + (f" (applied {applied})" if applied else ""))
+
+
+DEFAULT_EXECUTOR = "sidecar.testing:StepExecutor"
+
+
+def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
+    from .worker import Worker
+
+    return Worker(
+        _load_executor(executor),
+        LeasePolicy(settings.lease_seconds),
+        concurrency=concurrency,
+        poll_interval=poll_interval,
+    )
+
+
+worker_options = [
+    click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1),
+                 help="Segments executed at once (threads)."),
+    click.option("--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+                 help="Seconds between polls of the queue for runs queued by other processes."),
+    click.option("--executor", default=DEFAULT_EXECUTOR, show_default=True, hidden=True,
+                 help="module:Class of the segment executor."),
+    click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(min=0),
+                 help="On SIGTERM, seconds to let segments finish before releasing them."),
+]
+
+
+def _with_worker_options(fn):
+    for option in reversed(worker_options):
+        fn = option(fn)
+    return fn
+
+
+@main.command()
+@_with_worker_options
+def worker(concurrency: int, poll_interval: float, executor: str, grace: float) -> None:
+    """Claim queued runs and execute them until SIGTERM; then finish or release what is held."""
+    settings = _bind()
+    migrations.upgrade()
+    w = _make_worker(settings, concurrency, poll_interval, executor)
+    _on_termination(lambda: w.stop(grace))
+    w.run()
+
+
+@main.command()
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+def reap(limit: int) -> None:
+    """Act on running runs whose lease expired: requeue, or fail them when retrying is unsafe."""
+    _bind()
+    for item in leases.reap(limit):
+        click.echo(f"{item.run_id}\t{item.action}")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8780, show_default=True, type=int)
+@click.option("--no-worker", is_flag=True, help="Serve the API only; workers run elsewhere.")
+@_with_worker_options
+def serve(host, port, no_worker, concurrency, poll_interval, executor, grace) -> None:
+    """Serve the HTTP API (migrating the database first), with an embedded worker unless --no-worker."""
+    from werkzeug.serving import make_server
+
+    from .api import create_app
+
+    settings = _bind()
+    migrations.upgrade()
+    app = create_app(settings, bind_database=False)
+    server = make_server(host, port, app, threaded=True)
+    embedded = None if no_worker else _make_worker(settings, concurrency, poll_interval, executor)
+
+    def stop():
+        if embedded:
+            embedded.stop(grace)
+        server.shutdown()
+
+    _on_termination(stop)
+    if embedded:
+        embedded.start()
+    click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

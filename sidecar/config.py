@@ -1,0 +1,45 @@
+"""Configuration from the environment (http-api.md, "Configuration"). Read once, passed down."""
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _float_env(env, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
+    if value <= 0:
+        raise SystemExit(f"{name} must be positive, not {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    instance_path: Path
+    database_url: str
+    lease_seconds: float = 30.0
+    metrics_public: bool = False
+    public_url: str | None = None
+    remote_allow: tuple[str, ...] = field(default_factory=tuple)
+    secret_keys: tuple[str, ...] = field(default_factory=tuple)
+    body_limit_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env=None) -> "Settings":
+        env = os.environ if env is None else env
+        instance = Path(env.get("NRLLM_INSTANCE_PATH") or Path.cwd() / "instance").resolve()
+        url = env.get("NRLLM_DATABASE_URL") or f"sqlite:///{instance / 'nrllm-sidecar.db'}"
+        return cls(
+            instance_path=instance,
+            database_url=url,
+            lease_seconds=_float_env(env, "NRLLM_LEASE_SECONDS", 30.0),
+            metrics_public=env.get("NRLLM_METRICS_PUBLIC", "") in ("1", "true", "yes"),
+            public_url=env.get("NRLLM_PUBLIC_URL") or None,
+            remote_allow=tuple(p.strip() for p in env.get("NRLLM_REMOTE_ALLOW", "").split(",") if p.strip()),
+            secret_keys=tuple(k.strip() for k in env.get("NRLLM_SECRET_KEYS", "").split(",") if k.strip()),
+        )

@@ -1,0 +1,1 @@
+"""Pure rules of the sidecar: no Flask, no peewee, no network. Tested without a database."""

@@ -1,0 +1,11 @@
+"""Process-local Prometheus counters. Run counts by status come from the database at scrape time."""
+
+from prometheus_client import Counter
+
+SEGMENT_OUTCOMES = Counter("nrllm_segment_outcomes_total", "Segments ended, by outcome", ["outcome"])
+CLAIMS = Counter("nrllm_claims_total", "Runs claimed by workers of this process")
+CLAIM_CONFLICTS = Counter(
+    "nrllm_claim_conflicts_total", "Claim attempts that found the run already taken by another claimer"
+)
+LEASE_LOSSES = Counter("nrllm_lease_losses_total", "Segments of this process that found their lease lost")
+REAPED = Counter("nrllm_reaped_total", "Runs the reaper of this process acted on, by action", ["action"])

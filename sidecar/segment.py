@@ -1,0 +1,83 @@
+"""The segment executor interface and the fenced handle it works through.
+
+A segment is one stretch of a run between a claim and the next suspension or end. The worker claims,
+hands a Segment to the executor, and keeps the lease alive while the executor works. The executor writes
+only through the Segment: every write is fenced, so an executor that lost its lease writes nothing.
+"""
+
+import json
+import threading
+from typing import Protocol
+
+from .domain.errors import LeaseLost
+from .domain.vocabulary import RunStatus, SegmentOutcome, TerminationReason
+from .store import leases, runs
+from .store.leases import Claim
+from .store.models import Run
+
+
+class Segment:
+    def __init__(self, claim: Claim, run: Run):
+        self.claim = claim
+        self.run = run
+        self.spec = json.loads(run.spec or "{}")
+        # Set by the heartbeat when a renewal finds the lease gone, or by a worker that releases it.
+        self.lost = threading.Event()
+
+    @property
+    def run_id(self) -> str:
+        return self.claim.run_id
+
+    def check(self) -> None:
+        """Raise LeaseLost if the heartbeat already knows the lease is gone."""
+        if self.lost.is_set():
+            raise LeaseLost(self.claim.run_id, self.claim.epoch)
+
+    def _guarded(self, write, *args, **kwargs):
+        self.check()
+        try:
+            return write(self.claim, *args, **kwargs)
+        except LeaseLost:
+            self.lost.set()
+            raise
+
+    def event(self, kind: str, payload: dict) -> int:
+        return self._guarded(leases.append_event, kind, payload)
+
+    def update(self, **values) -> None:
+        self._guarded(leases.update_run, **values)
+
+    def stamp_pending_effect(self, description: str) -> None:
+        """Before a non-idempotent write: a run lost from here on is not retried."""
+        self.update(pending_effect=description)
+
+    def clear_pending_effect(self) -> None:
+        self.update(pending_effect=None)
+
+    def complete(self, output: str) -> SegmentOutcome:
+        self._guarded(leases.finish, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value)
+        return SegmentOutcome.COMPLETED
+
+    def fail(self, reason: TerminationReason, output: str | None = None) -> SegmentOutcome:
+        self._guarded(leases.finish, RunStatus.FAILED, output=output, reason=reason.value)
+        return SegmentOutcome.FAILED
+
+    def cancel(self) -> SegmentOutcome:
+        self._guarded(leases.finish, RunStatus.CANCELLED, reason=TerminationReason.CANCELLED.value)
+        return SegmentOutcome.CANCELLED
+
+    def cancel_requested(self) -> bool:
+        """Cooperative cancellation: executors ask at every step boundary."""
+        current = runs.get_run(self.run_id)
+        return current is not None and current.cancel_requested_at is not None
+
+    def sleep(self, seconds: float) -> None:
+        """Wait, but stop at once (LeaseLost) when the lease is lost meanwhile."""
+        if self.lost.wait(seconds):
+            self.check()
+
+
+class SegmentExecutor(Protocol):
+    def execute(self, segment: Segment) -> SegmentOutcome:
+        """Run the claimed run until it ends or suspends; every write through `segment`."""
+        ...

@@ -1,0 +1,1 @@
+"""The only layer that writes SQL: models, migrations, atomic claims, fenced writes."""

@@ -1,0 +1,130 @@
+"""One database object, bound from a URL, and the write transaction every store function uses."""
+
+import functools
+import random
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl, urlparse
+
+from peewee import DatabaseProxy, MySQLDatabase, OperationalError, SqliteDatabase
+from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase
+
+# Models are declared against this proxy; bind() points it at a real database (the scout pattern).
+database = DatabaseProxy()
+
+SQLITE_BUSY_TIMEOUT_SECONDS = 15
+TRANSIENT_RETRIES = 8
+
+
+class SidecarSqliteDatabase(SqliteDatabase):
+    """WAL and a busy timeout; every transaction BEGIN IMMEDIATE.
+
+    A deferred transaction that reads and then writes fails with a busy snapshot error that the busy
+    timeout does not retry; taking the write lock at BEGIN makes writers queue instead.
+    """
+
+    def __init__(self, path: str):
+        super().__init__(
+            path,
+            lock_type="IMMEDIATE",
+            timeout=SQLITE_BUSY_TIMEOUT_SECONDS,
+            pragmas={
+                "journal_mode": "wal",
+                "synchronous": "normal",
+                "busy_timeout": SQLITE_BUSY_TIMEOUT_SECONDS * 1000,
+                "foreign_keys": 1,
+            },
+        )
+
+
+class SidecarMySQLDatabase(PooledMySQLDatabase):
+    """MariaDB/MySQL: long bodies and microsecond times."""
+
+    field_types = {
+        **MySQLDatabase.field_types,
+        "TEXT": "LONGTEXT",
+        "BLOB": "LONGBLOB",
+        "DATETIME": "DATETIME(6)",
+    }
+
+
+def connect(url: str):
+    """A database object for a URL: sqlite:///path, postgresql://..., mysql://..."""
+    parsed = urlparse(url)
+    query = dict(parse_qsl(parsed.query))
+    if parsed.scheme == "sqlite":
+        # As elsewhere: sqlite:///relative.db is relative, sqlite:////abs/path.db absolute.
+        path = parsed.path[1:] or ":memory:"
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return SidecarSqliteDatabase(path)
+    common = {
+        "database": parsed.path.lstrip("/"),
+        "host": parsed.hostname or "127.0.0.1",
+        "user": parsed.username,
+        "max_connections": int(query.pop("max_connections", 64)),
+        "stale_timeout": 300,
+    }
+    if parsed.port:
+        common["port"] = parsed.port
+    if parsed.scheme in ("postgres", "postgresql"):
+        if parsed.password:
+            common["password"] = parsed.password
+        return PooledPostgresqlDatabase(**common, **query)
+    if parsed.scheme in ("mysql", "mariadb"):
+        from pymysql.constants import CLIENT
+
+        if parsed.password:
+            common["password"] = parsed.password
+        # Without FOUND_ROWS an UPDATE that writes the values a row already has reports 0 rows, and a
+        # lease renewed within the same microsecond would read as lost.
+        return SidecarMySQLDatabase(**common, client_flag=CLIENT.FOUND_ROWS, **query)
+    raise ValueError(f"unsupported database URL scheme {parsed.scheme!r} (sqlite, postgresql, mysql)")
+
+
+def bind(url: str):
+    db = connect(url)
+    database.initialize(db)
+    return db
+
+
+def dialect() -> str:
+    db = database.obj
+    if isinstance(db, SqliteDatabase):
+        return "sqlite"
+    if isinstance(db, MySQLDatabase):
+        return "mysql"
+    return "postgresql"
+
+
+def _is_transient(exc: Exception) -> bool:
+    """Deadlocks, serialization failures and a busy SQLite file: the whole transaction may be retried."""
+    original = exc.args[0] if exc.args else None
+    code = getattr(original, "pgcode", None)
+    if code in ("40P01", "40001"):
+        return True
+    args = getattr(original, "args", ())
+    if args and args[0] in (1213, 1205):  # MySQL deadlock, lock wait timeout
+        return True
+    return "database is locked" in str(exc)
+
+
+def transactional(fn):
+    """Run fn in one write transaction, retried whole on a deadlock or serialization failure.
+
+    fn must do nothing but database work: it may run more than once.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        for attempt in range(TRANSIENT_RETRIES):
+            try:
+                with database.atomic():
+                    return fn(*args, **kwargs)
+            except OperationalError as exc:
+                if attempt + 1 == TRANSIENT_RETRIES or not _is_transient(exc):
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    return wrapper

@@ -1,0 +1,211 @@
+"""Claims, fenced writes, heartbeats and the reaper: every write a segment makes.
+
+A claim is one conditional UPDATE that moves a run to `running` and gives it a holder, an expiry and a
+new lease epoch. Every later write of that segment carries `WHERE id=? AND lease_epoch=? AND
+status='running'`: zero rows means the lease is lost, and LeaseLost is raised before anything else is
+written. No transaction here is held across network I/O: callers do I/O between these calls.
+"""
+
+from dataclasses import dataclass
+
+from .. import wakeup
+from ..domain.clock import utcnow
+from ..domain.errors import LeaseLost
+from ..domain.lease import LeasePolicy, reap_verdict
+from ..domain.vocabulary import RunStatus
+from . import events
+from .db import dialect, transactional
+from .models import Run
+
+RUNNING = RunStatus.RUNNING.value
+QUEUED = RunStatus.QUEUED.value
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A held lease: the fencing token every write of the segment carries."""
+
+    run_id: str
+    epoch: int
+    holder: str
+
+
+def _status_event(run_id: str, guard, old: str, new: str) -> None:
+    events.append(run_id, guard, "status", {"from": old, "to": new})
+
+
+@transactional
+def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> list[Claim]:
+    """Claim up to `limit` queued runs, oldest first. Each run is claimed by exactly one holder."""
+    if limit <= 0:
+        return []
+    now = utcnow()
+    candidates = (
+        Run.select(Run.id)
+        .where(Run.status == QUEUED)
+        .order_by(Run.queued_at, Run.id)
+        .limit(limit)
+    )
+    if dialect() != "sqlite":
+        # Rows another claimer has locked are skipped instead of waited for. SQLite's BEGIN IMMEDIATE
+        # already makes this transaction the only writer.
+        candidates = candidates.for_update("FOR UPDATE SKIP LOCKED")
+    ids = [row.id for row in candidates]
+    claims = []
+    for run_id in ids:
+        claimed = (
+            Run.update(
+                status=RUNNING,
+                lease_holder=holder,
+                lease_expires_at=lease.expiry(now),
+                lease_epoch=Run.lease_epoch + 1,
+                queued_at=None,
+                updated_at=now,
+            )
+            .where(Run.id == run_id, Run.status == QUEUED)
+            .execute()
+        )
+        if claimed != 1:
+            continue
+        epoch = Run.select(Run.lease_epoch).where(Run.id == run_id).scalar()
+        claim = Claim(run_id, epoch, holder)
+        _status_event(run_id, _fence(claim), QUEUED, RUNNING)
+        claims.append(claim)
+    return claims
+
+
+def _fence(claim: Claim) -> list:
+    return [Run.id == claim.run_id, Run.lease_epoch == claim.epoch, Run.status == RUNNING]
+
+
+def _fenced_update(claim: Claim, **values) -> None:
+    written = Run.update(**values, updated_at=utcnow()).where(*_fence(claim)).execute()
+    if written != 1:
+        raise LeaseLost(claim.run_id, claim.epoch)
+
+
+@transactional
+def append_event(claim: Claim, kind: str, payload: dict) -> int:
+    sequence = events.append(claim.run_id, _fence(claim), kind, payload)
+    if sequence is None:
+        raise LeaseLost(claim.run_id, claim.epoch)
+    return sequence
+
+
+@transactional
+def update_run(claim: Claim, **values) -> None:
+    """Write columns of the claimed run (budget counters, pending effect, ...) under the fence."""
+    _fenced_update(claim, **values)
+
+
+def renew(claim: Claim, lease: LeasePolicy) -> bool:
+    """Heartbeat: push the expiry forward. False when the lease is lost (the segment must stop)."""
+    now = utcnow()
+    renewed = (
+        Run.update(lease_expires_at=lease.expiry(now), updated_at=now).where(*_fence(claim)).execute()
+    )
+    return renewed == 1
+
+
+@transactional
+def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason: str | None = None) -> None:
+    """End the run (terminal status) under the fence."""
+    if not status.is_terminal:
+        raise ValueError(f"finish() takes a terminal status, not {status}")
+    now = utcnow()
+    _status_event_or_lost(claim, status.value)
+    _fenced_update(
+        claim,
+        status=status.value,
+        output=output,
+        termination_reason=reason,
+        lease_holder=None,
+        lease_expires_at=None,
+        pending_effect=None,
+        finished_at=now,
+    )
+
+
+def _status_event_or_lost(claim: Claim, new: str) -> None:
+    if events.append(claim.run_id, _fence(claim), "status", {"from": RUNNING, "to": new}) is None:
+        raise LeaseLost(claim.run_id, claim.epoch)
+
+
+@transactional
+def _release(claim: Claim) -> None:
+    _status_event_or_lost(claim, QUEUED)
+    events.append(claim.run_id, _fence(claim), "requeued", {"reason": "released", "holder": claim.holder})
+    _fenced_update(
+        claim,
+        status=QUEUED,
+        lease_holder=None,
+        lease_expires_at=None,
+        lease_epoch=Run.lease_epoch + 1,
+        queued_at=utcnow(),
+    )
+
+
+def release(claim: Claim) -> None:
+    """Give a claimed run back to the queue (a worker shutting down). Costs no requeue."""
+    _release(claim)
+    wakeup.runs_queued()
+
+
+@dataclass(frozen=True)
+class Reaped:
+    run_id: str
+    holder: str | None
+    action: str  # "requeued" or the termination reason
+
+
+@transactional
+def _reap_one(run_id: str, now) -> Reaped | None:
+    row = Run.get_or_none(Run.id == run_id)
+    if row is None or row.status != RUNNING or row.lease_expires_at is None or row.lease_expires_at >= now:
+        return None
+    guard = [
+        Run.id == run_id,
+        Run.status == RUNNING,
+        Run.lease_epoch == row.lease_epoch,
+        Run.lease_expires_at < now,
+    ]
+    verdict = reap_verdict(row.requeue_count, row.pending_effect)
+    if events.append(run_id, guard, "lease_lost", {"holder": row.lease_holder, "epoch": row.lease_epoch}) is None:
+        return None  # renewed or taken since we read it
+    if verdict.requeue:
+        events.append(run_id, guard, "status", {"from": RUNNING, "to": QUEUED})
+        events.append(run_id, guard, "requeued", {"reason": "lease_expired", "requeue": row.requeue_count + 1})
+        values = dict(status=QUEUED, requeue_count=Run.requeue_count + 1, queued_at=now)
+        action = "requeued"
+    else:
+        events.append(run_id, guard, "status", {"from": RUNNING, "to": RunStatus.FAILED.value})
+        values = dict(status=RunStatus.FAILED.value, termination_reason=verdict.termination_reason, finished_at=now)
+        action = verdict.termination_reason
+    written = (
+        Run.update(
+            **values,
+            lease_holder=None,
+            lease_expires_at=None,
+            lease_epoch=Run.lease_epoch + 1,
+            updated_at=now,
+        )
+        .where(*guard)
+        .execute()
+    )
+    assert written == 1, "the guard held for the events in this transaction, so it holds here"
+    return Reaped(run_id, row.lease_holder, action)
+
+
+def reap(limit: int = 50) -> list[Reaped]:
+    """Act on `running` rows whose lease expired, and on nothing else (never a waiting run)."""
+    now = utcnow()
+    expired = (
+        Run.select(Run.id)
+        .where(Run.status == RUNNING, Run.lease_expires_at < now)
+        .order_by(Run.lease_expires_at)
+        .limit(limit)
+    )
+    reaped = [r for r in (_reap_one(row.id, now) for row in expired) if r is not None]
+    if any(r.action == "requeued" for r in reaped):
+        wakeup.runs_queued()
+    return reaped

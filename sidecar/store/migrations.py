@@ -1,0 +1,71 @@
+"""Versioned migrations, applied under a database-wide lock so two processes starting at once do not race.
+
+Each migration runs once and is recorded in schema_migrations; `upgrade()` is idempotent. A released
+migration is never edited: a later schema change is a new entry at the end of MIGRATIONS (written with
+playhouse.migrate), so a database created at any version reaches the same schema.
+"""
+
+import contextlib
+
+from ..domain.clock import utcnow
+from .db import database, dialect
+from .models import Run, RunEvent, SchemaMigration, WorkerHeartbeat
+
+LOCK_NAME = "nrllm_sidecar_migrate"
+PG_LOCK_KEY = 281_000_001  # any constant; it names the advisory lock
+
+
+def _v1_initial(db):
+    db.create_tables([Run, RunEvent, WorkerHeartbeat], safe=True)
+
+
+MIGRATIONS = [
+    (1, "runs, run events, worker heartbeats", _v1_initial),
+]
+
+
+@contextlib.contextmanager
+def _migration_lock():
+    db = database.obj
+    kind = dialect()
+    if kind == "postgresql":
+        db.execute_sql("SELECT pg_advisory_lock(%s)", (PG_LOCK_KEY,))
+        try:
+            yield
+        finally:
+            db.execute_sql("SELECT pg_advisory_unlock(%s)", (PG_LOCK_KEY,))
+    elif kind == "mysql":
+        (got,) = db.execute_sql("SELECT GET_LOCK(%s, 120)", (LOCK_NAME,)).fetchone()
+        if got != 1:
+            raise RuntimeError("could not take the migration lock within 120 s")
+        try:
+            yield
+        finally:
+            db.execute_sql("SELECT RELEASE_LOCK(%s)", (LOCK_NAME,))
+    else:
+        # SQLite: BEGIN IMMEDIATE holds the file's write lock for the whole upgrade.
+        with db.atomic():
+            yield
+
+
+def upgrade() -> list[int]:
+    """Apply every migration not yet applied; returns the versions applied now."""
+    db = database.obj
+    applied_now = []
+    with _migration_lock():
+        db.create_tables([SchemaMigration], safe=True)
+        done = {row.version for row in SchemaMigration.select(SchemaMigration.version)}
+        for version, name, migrate in MIGRATIONS:
+            if version in done:
+                continue
+            migrate(db)
+            SchemaMigration.create(version=version, name=name, applied_at=utcnow())
+            applied_now.append(version)
+    return applied_now
+
+
+def current_version() -> int:
+    if not database.obj.table_exists(SchemaMigration._meta.table_name):
+        return 0
+    latest = SchemaMigration.select(SchemaMigration.version).order_by(SchemaMigration.version.desc()).first()
+    return latest.version if latest else 0

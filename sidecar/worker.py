@@ -1,0 +1,169 @@
+"""The worker: claims queued runs and executes their segments on a bounded thread pool.
+
+One loop thread claims (as many runs as there are free slots), one heartbeat thread renews the leases of
+every segment in flight and the worker's own row, and the reaper runs at least once per lease period.
+The loop wakes at once for runs queued in this process and polls the queue otherwise.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from . import metrics, wakeup
+from .domain.errors import LeaseLost
+from .domain.lease import LeasePolicy
+from .domain.vocabulary import SegmentOutcome, TerminationReason
+from .segment import Segment, SegmentExecutor
+from .store import leases, runs, workers
+
+log = logging.getLogger("nrllm_sidecar.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        executor: SegmentExecutor,
+        lease: LeasePolicy,
+        *,
+        concurrency: int = 4,
+        poll_interval: float = 1.0,
+        reap_limit: int = 50,
+    ):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.executor = executor
+        self.lease = lease
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.reap_limit = reap_limit
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segment")
+        self._active: dict[str, Segment] = {}
+        self._active_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the loop and heartbeat threads and return (serve's embedded worker)."""
+        wakeup.subscribe(self._wake)
+        for target, name in ((self._loop, "worker-loop"), (self._heartbeat, "worker-heartbeat")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("worker %s started with %d threads", self.id, self.concurrency)
+
+    def run(self) -> None:
+        """Start and block until stop() is called (the `worker` command)."""
+        self.start()
+        while not self._stopping.wait(0.5):
+            pass
+
+    def stop(self, grace: float) -> None:
+        """Stop claiming; let segments in flight finish for `grace` seconds, then release the rest."""
+        self._stopping.set()
+        self._wake.set()
+        deadline = time.monotonic() + grace
+        while self.active_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self._active_lock:
+            remaining = list(self._active.values())
+        for segment in remaining:
+            segment.lost.set()  # its thread stops at its next write
+            try:
+                leases.release(segment.claim)
+                log.info("released run %s on shutdown", segment.run_id)
+            except LeaseLost:
+                pass
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        wakeup.unsubscribe(self._wake)
+        workers.forget(self.id)
+        log.info("worker %s stopped", self.id)
+
+    def active_count(self) -> int:
+        with self._active_lock:
+            return len(self._active)
+
+    # -- threads ---------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_reap = 0.0
+        while not self._stopping.is_set():
+            try:
+                if time.monotonic() >= next_reap:
+                    self.reap()
+                    next_reap = time.monotonic() + self.lease.reap_interval
+                free = self.concurrency - self.active_count()
+                claims = leases.claim_queued(self.id, free, self.lease) if free > 0 else []
+                for claim in claims:
+                    self._submit(claim)
+                if claims and len(claims) == free:
+                    continue  # there may be more; a finishing segment sets _wake
+            except Exception:
+                log.exception("worker loop error; retrying after the poll interval")
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+
+    def _heartbeat(self) -> None:
+        host, pid = socket.gethostname(), os.getpid()
+        while not self._stopping.is_set():
+            try:
+                workers.beat(self.id, host, pid, self.concurrency)
+                with self._active_lock:
+                    segments = list(self._active.values())
+                for segment in segments:
+                    if not segment.lost.is_set() and not leases.renew(segment.claim, self.lease):
+                        segment.lost.set()
+            except Exception:
+                log.exception("heartbeat error")
+            self._stopping.wait(self.lease.heartbeat_interval)
+
+    def reap(self) -> list[leases.Reaped]:
+        reaped = leases.reap(self.reap_limit)
+        for item in reaped:
+            metrics.REAPED.labels(item.action).inc()
+            log.warning("reaped run %s of holder %s: %s", item.run_id, item.holder, item.action)
+        return reaped
+
+    # -- segments --------------------------------------------------------------------------------
+
+    def _submit(self, claim: leases.Claim) -> None:
+        metrics.CLAIMS.inc()
+        run = runs.get_run(claim.run_id)
+        segment = Segment(claim, run)
+        with self._active_lock:
+            self._active[claim.run_id] = segment
+        self._pool.submit(self._execute, segment)
+
+    def _execute(self, segment: Segment) -> None:
+        try:
+            outcome = self._outcome_of(segment)
+        finally:
+            with self._active_lock:
+                self._active.pop(segment.run_id, None)
+            self._wake.set()
+        metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
+        log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
+
+    def _outcome_of(self, segment: Segment) -> SegmentOutcome:
+        try:
+            return self.executor.execute(segment)
+        except LeaseLost:
+            metrics.LEASE_LOSSES.inc()
+            return SegmentOutcome.LEASE_LOST
+        except Exception:
+            # A bug in an executor must not leave the run running until the reaper retries the same bug.
+            log.exception("segment of run %s raised", segment.run_id)
+            try:
+                segment.event("error", {"message": "the segment raised an unexpected error"})
+                return segment.fail(TerminationReason.NOT_RETRYABLE)
+            except LeaseLost:
+                return SegmentOutcome.LEASE_LOST

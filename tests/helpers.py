@@ -1,0 +1,62 @@
+"""Small helpers shared by the tests."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sidecar.store import events
+from sidecar.store.models import Run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_row(run_id: str) -> Run:
+    return Run.get(Run.id == run_id)
+
+
+def event_kinds(run_id: str) -> list[str]:
+    return [e["kind"] for e in events.list_events(run_id)]
+
+
+def sequences(run_id: str) -> list[int]:
+    return [e["sequence"] for e in events.list_events(run_id)]
+
+
+def steps_input(*steps, output="done") -> str:
+    return json.dumps({"steps": list(steps), "output": output})
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_worker(database_url: str, *args: str, lease: float = 1.0, log_path: Path | None = None) -> subprocess.Popen:
+    """Start `nrllm-sidecar worker` in its own process against the test database."""
+    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease)}
+    stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "sidecar.cli", "worker", "--poll-interval", "0.1", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()

@@ -1,0 +1,197 @@
+"""Claims, fencing, events, heartbeats and the reaper on SQLite, PostgreSQL and MariaDB."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from sidecar.domain.clock import utcnow
+from sidecar.domain.errors import LeaseLost
+from sidecar.domain.lease import LeasePolicy
+from sidecar.domain.vocabulary import RunStatus
+from sidecar.store import leases, migrations, runs
+from sidecar.store.models import Run, RunEvent
+from tests.helpers import event_kinds, run_row, sequences
+
+LEASE = LeasePolicy(30)
+
+
+def _expire(run_id: str) -> None:
+    Run.update(lease_expires_at=utcnow() - timedelta(seconds=1)).where(Run.id == run_id).execute()
+
+
+def test_upgrade_is_idempotent(database_url):
+    assert migrations.upgrade() == []
+    assert migrations.current_version() == migrations.MIGRATIONS[-1][0]
+
+
+def test_create_run_starts_queued_with_one_status_event(database_url):
+    run_id = runs.create_run("be_user:7", "hello", origin="typo3:test", budget={"max_iterations": 5})
+    row = run_row(run_id)
+    assert (row.status, row.owner, row.workspace, row.origin, row.max_iterations) == (
+        "queued", "be_user:7", "0", "typo3:test", 5)
+    assert row.lease_epoch == 0 and row.lease_holder is None
+    assert event_kinds(run_id) == ["status"]
+
+
+def test_eight_threads_claim_two_hundred_runs_each_exactly_once(database_url):
+    created = {runs.create_run("owner", f"run {i}") for i in range(200)}
+    claimed: list[leases.Claim] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def claimer(n):
+        barrier.wait()
+        while True:
+            got = leases.claim_queued(f"claimer-{n}", 3, LEASE)
+            if not got and not Run.select().where(Run.status == "queued").exists():
+                return
+            with lock:
+                claimed.extend(got)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    ids = [c.run_id for c in claimed]
+    assert len(ids) == 200 and set(ids) == created
+    assert len({c.holder for c in claimed}) > 1, "the claims were not actually contended"
+    rows = {r.id: r for r in Run.select()}
+    for c in claimed:
+        assert rows[c.run_id].status == "running"
+        assert rows[c.run_id].lease_holder == c.holder
+        assert rows[c.run_id].lease_epoch == c.epoch == 1
+
+
+def test_fenced_writes_of_a_lost_lease_land_nowhere(database_url):
+    run_id = runs.create_run("owner", "x")
+    (old,) = leases.claim_queued("worker-a", 1, LEASE)
+    leases.append_event(old, "step", {"by": "a"})
+    _expire(run_id)
+    assert [r.action for r in leases.reap()] == ["requeued"]
+    (new,) = leases.claim_queued("worker-b", 1, LEASE)
+    assert new.epoch > old.epoch
+    before = (run_row(run_id).updated_at, RunEvent.select().count())
+
+    with pytest.raises(LeaseLost):
+        leases.append_event(old, "step", {"by": "a"})
+    with pytest.raises(LeaseLost):
+        leases.update_run(old, output="from a")
+    with pytest.raises(LeaseLost):
+        leases.finish(old, RunStatus.COMPLETED, output="from a")
+    assert not leases.renew(old, LEASE)
+
+    row = run_row(run_id)
+    assert (row.updated_at, RunEvent.select().count()) == before
+    assert row.status == "running" and row.lease_holder == "worker-b" and row.output is None
+    leases.finish(new, RunStatus.COMPLETED, output="from b")
+    assert run_row(run_id).output == "from b"
+
+
+def test_a_requeued_but_unclaimed_run_already_fences_its_old_holder(database_url):
+    runs.create_run("owner", "x")
+    (old,) = leases.claim_queued("worker-a", 1, LEASE)
+    _expire(old.run_id)
+    leases.reap()
+    with pytest.raises(LeaseLost):
+        leases.append_event(old, "step", {})
+
+
+def test_event_sequence_is_gap_free_from_one(database_url):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    threads = [threading.Thread(target=leases.append_event, args=(claim, "step", {"n": n})) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    leases.finish(claim, RunStatus.COMPLETED, output="ok")
+    assert sequences(run_id) == list(range(1, 24))
+    assert event_kinds(run_id)[:2] == ["status", "status"] and event_kinds(run_id)[-1] == "status"
+
+
+def test_renew_pushes_the_expiry_forward(database_url):
+    runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LeasePolicy(1))
+    first = run_row(claim.run_id).lease_expires_at
+    assert leases.renew(claim, LeasePolicy(60))
+    assert run_row(claim.run_id).lease_expires_at > first + timedelta(seconds=30)
+
+
+def test_renewal_with_unchanged_values_still_reads_as_held(database_url, monkeypatch):
+    """MariaDB reports an UPDATE that writes the values a row has as 0 rows unless FOUND_ROWS is set."""
+    runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    frozen = utcnow()
+    monkeypatch.setattr(leases, "utcnow", lambda: frozen)
+    assert leases.renew(claim, LEASE)
+    assert leases.renew(claim, LEASE), "an unchanged renewal was taken for a lost lease"
+
+
+def test_the_reaper_touches_only_running_rows_with_an_expired_lease(database_url):
+    past = utcnow() - timedelta(minutes=5)
+    ids = {}
+    for status in RunStatus:
+        ids[status] = runs.create_run("owner", status.value)
+        Run.update(status=status.value, lease_holder="ghost", lease_expires_at=past, lease_epoch=7).where(
+            Run.id == ids[status]).execute()
+    healthy = runs.create_run("owner", "healthy")
+    Run.update(status="running", lease_holder="alive", lease_expires_at=utcnow() + timedelta(minutes=5)).where(
+        Run.id == healthy).execute()
+    before = {r.id: (r.status, r.lease_epoch, r.updated_at) for r in Run.select()}
+
+    reaped = leases.reap(limit=50)
+
+    assert [(r.run_id, r.action) for r in reaped] == [(ids[RunStatus.RUNNING], "requeued")]
+    after = {r.id: (r.status, r.lease_epoch, r.updated_at) for r in Run.select()}
+    for run_id, state in before.items():
+        if run_id != ids[RunStatus.RUNNING]:
+            assert after[run_id] == state, f"the reaper touched a {state[0]} run"
+    requeued = run_row(ids[RunStatus.RUNNING])
+    assert (requeued.status, requeued.requeue_count, requeued.lease_holder) == ("queued", 1, None)
+    assert requeued.lease_epoch == 8
+    assert event_kinds(requeued.id)[-3:] == ["lease_lost", "status", "requeued"]
+
+
+def test_requeued_at_most_three_times_then_retries_exhausted(database_url):
+    run_id = runs.create_run("owner", "x")
+    actions = []
+    for _ in range(4):
+        leases.claim_queued("w", 1, LEASE)
+        _expire(run_id)
+        actions += [r.action for r in leases.reap()]
+    assert actions == ["requeued", "requeued", "requeued", "retries_exhausted"]
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason, row.requeue_count) == ("failed", "retries_exhausted", 3)
+    assert row.finished_at is not None
+
+
+def test_a_lost_run_with_a_non_idempotent_write_in_flight_is_not_retried(database_url):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    leases.update_run(claim, pending_effect="write_note call_1")
+    _expire(run_id)
+    assert [r.action for r in leases.reap()] == ["not_retryable"]
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason) == ("failed", "not_retryable")
+
+
+def test_release_requeues_without_counting_and_fences_the_holder(database_url):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    leases.release(claim)
+    row = run_row(run_id)
+    assert (row.status, row.requeue_count, row.lease_holder) == ("queued", 0, None)
+    with pytest.raises(LeaseLost):
+        leases.append_event(claim, "step", {})
+    (again,) = leases.claim_queued("w2", 1, LEASE)
+    assert again.run_id == run_id and again.epoch > claim.epoch
+
+
+def test_finish_takes_only_terminal_statuses(database_url):
+    runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    with pytest.raises(ValueError):
+        leases.finish(claim, RunStatus.QUEUED)
+    assert run_row(claim.run_id).status == "running"
