@@ -12,7 +12,15 @@ import pytest
 
 from sidecar.store import db as store_db
 from sidecar.store import migrations
-from sidecar.store.models import Run, RunEvent, WorkerHeartbeat
+from sidecar.store.models import (
+    ApiToken,
+    IdempotencyRecord,
+    ModelTurn,
+    Run,
+    RunEvent,
+    ToolResult,
+    WorkerHeartbeat,
+)
 
 PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_ADMIN = os.environ.get("NRLLM_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
@@ -110,7 +118,7 @@ def server_databases():
 
 
 def _empty_tables() -> None:
-    for model in (RunEvent, Run, WorkerHeartbeat):
+    for model in (ToolResult, ModelTurn, RunEvent, Run, WorkerHeartbeat, IdempotencyRecord, ApiToken):
         model.delete().execute()
 
 

@@ -9,7 +9,16 @@ import contextlib
 
 from ..domain.clock import utcnow
 from .db import database, dialect
-from .models import Run, RunEvent, SchemaMigration, WorkerHeartbeat
+from .models import (
+    ApiToken,
+    IdempotencyRecord,
+    ModelTurn,
+    Run,
+    RunEvent,
+    SchemaMigration,
+    ToolResult,
+    WorkerHeartbeat,
+)
 
 LOCK_NAME = "nrllm_sidecar_migrate"
 PG_LOCK_KEY = 281_000_001  # any constant; it names the advisory lock
@@ -19,8 +28,13 @@ def _v1_initial(db):
     db.create_tables([Run, RunEvent, WorkerHeartbeat], safe=True)
 
 
+def _v2_runs_api(db):
+    db.create_tables([ApiToken, IdempotencyRecord, ModelTurn, ToolResult], safe=True)
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
+    (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
 ]
 
 

@@ -102,3 +102,68 @@ class SchemaMigration(BaseModel):
 
     class Meta:
         table_name = "schema_migrations"
+
+
+class ApiToken(BaseModel):
+    """A bearer token; only its SHA-256 is stored."""
+
+    id = CharField(max_length=36, primary_key=True)
+    name = CharField(max_length=128, unique=True)
+    role = CharField(max_length=16)  # host | operator
+    token_sha256 = CharField(max_length=64, unique=True)
+    created_at = DateTimeField()
+    revoked_at = DateTimeField(null=True)
+
+    class Meta:
+        table_name = "api_tokens"
+
+
+class IdempotencyRecord(BaseModel):
+    """The first answer to a request with an Idempotency-Key, replayed for the same key and body.
+
+    The unique (scope, key) makes the first insert win (the scout pattern: insert, catch IntegrityError).
+    """
+
+    id = BigAutoField()
+    scope = CharField(max_length=255)  # token and actor the key belongs to
+    key = CharField(max_length=255)
+    request_sha256 = CharField(max_length=64)
+    status_code = IntegerField(null=True)  # null while the first request is still being answered
+    response_body = TextField(null=True)
+    created_at = DateTimeField(index=True)
+
+    class Meta:
+        table_name = "idempotency_records"
+        indexes = ((("scope", "key"), True),)
+
+
+class ModelTurn(BaseModel):
+    """A model turn, written ahead: saved before any of its tools runs, replayed by a retried segment."""
+
+    id = BigAutoField()
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    index = IntegerField()  # 0, 1, ... in the run's order
+    message = TextField()  # JSON: {"content": ...} or {"tool_calls": [...]}
+    tokens = IntegerField(default=0)
+    cost = DoubleField(default=0.0)
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "model_turns"
+        indexes = ((("run", "index"), True),)
+
+
+class ToolResult(BaseModel):
+    """The result a tool call gave, kept so a retried segment answers the call without running it again."""
+
+    id = BigAutoField()
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    tool_call_id = CharField(max_length=128)
+    turn_index = IntegerField()
+    name = CharField(max_length=128)
+    result = TextField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "tool_results"
+        indexes = ((("run", "tool_call_id"), True),)
