@@ -46,6 +46,7 @@ class Worker:
         self._active_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -62,16 +63,27 @@ class Worker:
     def run(self) -> None:
         """Start and block until stop() is called (the `worker` command)."""
         self.start()
-        while not self._stopping.wait(0.5):
-            pass
+        self._stopped.wait()
 
     def stop(self, grace: float) -> None:
         """Stop claiming; let segments in flight finish for `grace` seconds, then release the rest."""
         self._stopping.set()
         self._wake.set()
-        deadline = time.monotonic() + grace
-        while self.active_count() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        try:
+            deadline = time.monotonic() + grace
+            while self.active_count() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self._release_remaining()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            for thread in self._threads:
+                thread.join(timeout=5)
+            wakeup.unsubscribe(self._wake)
+            workers.forget(self.id)
+            log.info("worker %s stopped", self.id)
+        finally:
+            self._stopped.set()
+
+    def _release_remaining(self) -> None:
         with self._active_lock:
             remaining = list(self._active.values())
         for segment in remaining:
@@ -81,12 +93,6 @@ class Worker:
                 log.info("released run %s on shutdown", segment.run_id)
             except LeaseLost:
                 pass
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        for thread in self._threads:
-            thread.join(timeout=5)
-        wakeup.unsubscribe(self._wake)
-        workers.forget(self.id)
-        log.info("worker %s stopped", self.id)
 
     def active_count(self) -> int:
         with self._active_lock:
