@@ -139,6 +139,22 @@ def database_url(request, tmp_path, server_databases):
         bound.close_all()
 
 
+@pytest.fixture(params=DIALECTS)
+def fresh_database_url(request, tmp_path):
+    """A new, empty, unmigrated database of each kind (not bound), dropped after the test."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    admin, create, drop = _SERVERS[request.param]
+    name = f"nrllm_test_{uuid.uuid4().hex[:12]}"
+    try:
+        create(name)
+    except Exception as exc:
+        _unavailable(request.param, exc)
+    yield _with_database(admin, name)
+    drop(name)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'sidecar.db'}"

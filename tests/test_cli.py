@@ -1,0 +1,84 @@
+"""The command line as an operator uses it: migrations from several processes, serve and its health."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+
+from peewee import fn
+
+from sidecar.store import db as store_db
+from sidecar.store.migrations import MIGRATIONS
+from sidecar.store.models import SchemaMigration
+from tests.helpers import ROOT, wait_until
+
+
+def _cli(*args, env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "sidecar.cli", *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _health(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=10) as response:
+        return json.load(response)
+
+
+def _alive_health(port: int) -> dict | None:
+    health = _health(port)
+    return health if health["workers_alive"] == 1 else None
+
+
+def test_three_processes_upgrading_one_fresh_database_at_once_apply_each_migration_once(fresh_database_url):
+    env = {**os.environ, "NRLLM_DATABASE_URL": fresh_database_url}
+    procs = [_cli("db", "upgrade", env=env) for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    latest = MIGRATIONS[-1][0]
+    assert all(f"schema at version {latest}" in out for out, _ in outputs)
+    assert sum("applied" in out for out, _ in outputs) == 1, "more than one process applied migrations"
+    bound = store_db.bind(fresh_database_url)
+    try:
+        counts = (SchemaMigration.select(SchemaMigration.version, fn.COUNT(SchemaMigration.version))
+                  .group_by(SchemaMigration.version).tuples())
+        assert sorted(counts) == [(version, 1) for version, _, _ in MIGRATIONS]
+    finally:
+        bound.close()
+        if hasattr(bound, "close_all"):
+            bound.close_all()
+
+
+def test_serve_migrates_answers_health_and_stops_on_sigterm(tmp_path):
+    env = {**os.environ, "NRLLM_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}", "NRLLM_LEASE_SECONDS": "2"}
+    proc = _cli("serve", "--port", "0", env=env)
+    try:
+        port = None
+        for line in proc.stderr:
+            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if match:
+                port = int(match.group(1))
+                break
+        assert port, "serve did not say where it listens"
+        # The embedded worker writes its heartbeat row right after start.
+        health = wait_until(lambda: _alive_health(port), timeout=10, what="the embedded worker's heartbeat")
+        assert health["database"] == "ok" and health["status"] == "ok"
+        assert health["oldest_queued_seconds"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+
+
+def test_serve_without_worker_reports_degraded_health(tmp_path):
+    env = {**os.environ, "NRLLM_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}"}
+    proc = _cli("serve", "--port", "0", "--no-worker", env=env)
+    try:
+        port = next(int(m.group(1)) for m in (re.search(r"127\.0\.0\.1:(\d+)", line) for line in proc.stderr) if m)
+        health = _health(port)
+        assert (health["status"], health["workers_alive"]) == ("degraded", 0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
