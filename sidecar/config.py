@@ -28,6 +28,17 @@ class Settings:
     remote_allow: tuple[str, ...] = field(default_factory=tuple)
     secret_keys: tuple[str, ...] = field(default_factory=tuple)
     body_limit_bytes: int = 1024 * 1024
+    # Model providers: the provider a run gets when it names none, and the OpenAI-compatible server.
+    default_provider: str = "scripted"
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_model: str | None = None
+    openai_timeout: float = 20.0
+
+    @property
+    def provider_timeout(self) -> float:
+        """Seconds a provider call may take: the configured timeout, but always shorter than the lease."""
+        return min(self.openai_timeout, self.lease_seconds * 0.9)
 
     @classmethod
     def from_env(cls, env=None) -> "Settings":
@@ -42,4 +53,9 @@ class Settings:
             public_url=env.get("NRLLM_PUBLIC_URL") or None,
             remote_allow=tuple(p.strip() for p in env.get("NRLLM_REMOTE_ALLOW", "").split(",") if p.strip()),
             secret_keys=tuple(k.strip() for k in env.get("NRLLM_SECRET_KEYS", "").split(",") if k.strip()),
+            default_provider=env.get("NRLLM_DEFAULT_PROVIDER") or "scripted",
+            openai_base_url=(env.get("NRLLM_OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/"),
+            openai_api_key=env.get("NRLLM_OPENAI_API_KEY") or None,
+            openai_model=env.get("NRLLM_OPENAI_MODEL") or None,
+            openai_timeout=_float_env(env, "NRLLM_OPENAI_TIMEOUT", 20.0),
         )

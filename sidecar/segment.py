@@ -11,7 +11,7 @@ from typing import Protocol
 
 from .domain.errors import LeaseLost
 from .domain.vocabulary import RunStatus, SegmentOutcome, TerminationReason
-from .store import leases, runs
+from .store import leases, runs, turns
 from .store.leases import Claim
 from .store.models import Run
 
@@ -53,6 +53,20 @@ class Segment:
 
     def clear_pending_effect(self) -> None:
         self.update(pending_effect=None)
+
+    def save_turn(self, index: int, message: dict, *, tokens: int, cost: float, event: dict) -> None:
+        """Write a model turn ahead of its tools, with its budget counts and its `llm` event (one transaction)."""
+        self._guarded(turns.save_turn, index, message, tokens, cost, event)
+
+    def save_tool_result(
+        self, turn_index: int, tool_call_id: str, name: str, result: str, *, event: dict,
+        clear_pending_effect: bool = False,
+    ) -> None:
+        """Save a tool call's result and its `tool` event; a non-idempotent tool clears its stamp here too."""
+        self._guarded(
+            turns.save_tool_result, turn_index, tool_call_id, name, result, event,
+            clear_pending_effect=clear_pending_effect,
+        )
 
     def complete(self, output: str) -> SegmentOutcome:
         self._guarded(leases.finish, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value)

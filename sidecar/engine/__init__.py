@@ -1,0 +1,5 @@
+"""The engine: the agent loop, model providers and tools."""
+
+from .loop import AgentLoop
+
+__all__ = ["AgentLoop"]

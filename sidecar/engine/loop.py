@@ -1,0 +1,209 @@
+"""The agent loop as a segment executor: model turn, tool calls, their results, the next turn.
+
+Turns are written ahead. A turn is saved (with its budget counts and its `llm` event) before any of its
+tools runs, and each result is saved (with its `tool` event) before the next step. A segment begins by
+rebuilding the conversation from what was saved, so a retried segment never asks the model again for a
+turn it has, and never runs a tool again whose result it has; it goes on where the lost one stopped.
+
+Every step boundary (before each tool call and each model call) looks for a cancel request and checks
+the budget. Every write goes through the Segment, so a segment that lost its lease writes nothing more.
+"""
+
+import logging
+
+from ..config import Settings
+from ..domain.budget import Budget, Stop
+from ..domain.clock import utcnow
+from ..domain.errors import LeaseLost
+from ..domain.vocabulary import SegmentOutcome, TerminationReason, ToolEffect
+from ..segment import Segment
+from ..store import turns as saved
+from .providers import ModelProvider, ProviderError, TurnRequest
+from .registry import Registry, build_registry
+from .tools import ToolContext, ToolError, error_text
+from .turns import Conversation, ToolCall, Turn, assign_call_ids
+
+log = logging.getLogger("nrllm_sidecar.engine")
+
+CANCEL_REQUESTED = Stop(TerminationReason.CANCELLED, "cancel requested")
+
+
+class Interrupted(Exception):
+    """The run must stop at this boundary (cancel requested, budget or deadline); carries why."""
+
+    def __init__(self, stop: Stop):
+        super().__init__(stop.message)
+        self.stop = stop
+
+
+class AgentLoop:
+    """The default segment executor. Shared by the worker's threads: it keeps no per-run state."""
+
+    def __init__(self, registry: Registry | None = None):
+        self.registry = registry if registry is not None else build_registry(Settings.from_env())
+
+    def execute(self, segment: Segment) -> SegmentOutcome:
+        return _RunSegment(self.registry, segment).execute()
+
+
+def _budget_of(run) -> Budget:
+    return Budget(
+        deadline_at=run.deadline_at,
+        max_tokens=run.max_tokens,
+        tokens_used=run.tokens_used,
+        max_cost=run.max_cost,
+        cost_used=run.cost_used,
+        max_iterations=run.max_iterations,
+        iterations_used=run.iterations_used,
+    )
+
+
+class _RunSegment:
+    """One segment of one run: the state the loop keeps while it drives that run."""
+
+    def __init__(self, registry: Registry, segment: Segment):
+        self.registry = registry
+        self.segment = segment
+        self.spec = segment.spec
+        self.provider_name = self.spec.get("provider") or registry.default_provider
+        self.offered = registry.offered(self.spec.get("tools"))
+        self.budget = _budget_of(segment.run)
+        self.conversation = Conversation(segment.run.input)
+        self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
+
+    def execute(self) -> SegmentOutcome:
+        try:
+            provider = self.registry.providers.get(self.provider_name)
+            if provider is None:
+                raise ProviderError(f"unknown provider {self.provider_name!r}")
+            self._replay()
+            return self._drive(provider)
+        except Interrupted as interrupted:
+            return self._stop(interrupted.stop)
+        except ProviderError as exc:
+            return self._provider_failed(exc)
+
+    def _replay(self) -> None:
+        turns, results = saved.load(self.segment.run_id)
+        for row in turns:
+            turn = Turn.from_message(row["message"], row["tokens"], row["cost"])
+            self.conversation.add_turn(turn)
+            for call in turn.tool_calls:
+                if call.id in results:
+                    self.conversation.add_result(call, results[call.id])
+        if turns:
+            log.info("run %s: replayed %d saved turns and %d results", self.segment.run_id, len(turns), len(results))
+
+    def _drive(self, provider: ModelProvider) -> SegmentOutcome:
+        while True:
+            last = self.conversation.last_turn
+            if last is not None and last.is_final:
+                # Also the retry of a segment lost between saving its final turn and completing.
+                return self.segment.complete(last.content or "")
+            for call in self.conversation.unanswered():
+                self._boundary(asking_model=False)
+                self._run_tool(call)
+            self._boundary(asking_model=True)
+            self._save(self._ask(provider))
+
+    def _boundary(self, *, asking_model: bool) -> None:
+        """Raise Interrupted when the run must stop before its next step."""
+        if self.segment.cancel_requested():
+            raise Interrupted(CANCEL_REQUESTED)
+        stop = self.budget.stop(utcnow(), asking_model=asking_model)
+        if stop is not None:
+            raise Interrupted(stop)
+
+    # -- model turns ---------------------------------------------------------------------------
+
+    def _ask(self, provider: ModelProvider) -> Turn:
+        request = TurnRequest(
+            run_id=self.segment.run_id,
+            spec=self.spec,
+            conversation=self.conversation,
+            tools=tuple(tool.spec for tool in self.offered.values()),
+            seconds_left=self.budget.seconds_left(utcnow()),
+        )
+        turn = provider.next_turn(request)
+        return assign_call_ids(turn, self.conversation.call_ids, len(self.conversation.turns))
+
+    def _save(self, turn: Turn) -> None:
+        index = len(self.conversation.turns)
+        event = {
+            "index": index,
+            "provider": self.provider_name,
+            "content": turn.content,
+            "tool_calls": [call.to_dict() for call in turn.tool_calls],
+            "tokens": turn.tokens,
+            "cost": turn.cost,
+        }
+        self.segment.save_turn(index, turn.message(), tokens=turn.tokens, cost=turn.cost, event=event)
+        self.conversation.add_turn(turn)
+        self.budget = self.budget.spend(turn.tokens, turn.cost)
+
+    # -- tool calls ----------------------------------------------------------------------------
+
+    def _run_tool(self, call: ToolCall) -> None:
+        tool = self.offered.get(call.name)
+        effect = tool.effect if tool is not None else None
+        in_flight = False
+        if tool is None and call.name in self.registry.tools:
+            result = error_text(f"tool {call.name!r} is not offered to this run (offered: {self._offered_names()})")
+        elif tool is None:
+            result = error_text(f"unknown tool {call.name!r} (offered: {self._offered_names()})")
+        elif problem := tool.argument_problem(call.arguments):
+            result = error_text(problem)
+        else:
+            if effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+                # From here until its result is saved, a lost run is not retried (the reaper fails it).
+                self.segment.stamp_pending_effect(f"{call.name} (tool call {call.id})")
+                in_flight = True
+            result = self._call(tool, call)
+        event = {
+            "turn_index": len(self.conversation.turns) - 1,
+            "tool_call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "effect": effect.value if effect is not None else None,
+            "result": result,
+        }
+        self.segment.save_tool_result(
+            len(self.conversation.turns) - 1, call.id, call.name, result, event=event, clear_pending_effect=in_flight
+        )
+        self.conversation.add_result(call, result)
+
+    def _call(self, tool, call: ToolCall) -> str:
+        try:
+            result = tool.run(call.arguments, self.tool_context)
+        except ToolError as exc:
+            return error_text(str(exc))
+        except (Interrupted, LeaseLost):
+            raise
+        except Exception as exc:
+            # A broken tool is reported to the model, which may route around it; the run goes on.
+            log.exception("tool %s of run %s raised", call.name, self.segment.run_id)
+            return error_text(f"{call.name} failed: {type(exc).__name__}")
+        if not isinstance(result, str):
+            return error_text(f"{call.name} returned no text")
+        return result
+
+    def _offered_names(self) -> str:
+        return ", ".join(self.offered) or "none"
+
+    # -- endings -------------------------------------------------------------------------------
+
+    def _stop(self, stop: Stop) -> SegmentOutcome:
+        if stop.reason is TerminationReason.CANCELLED:
+            return self.segment.cancel()
+        self.segment.event("budget", {"reason": stop.reason.value, "message": stop.message})
+        return self.segment.fail(stop.reason)
+
+    def _provider_failed(self, exc: ProviderError) -> SegmentOutcome:
+        # A call cut short by the run's deadline is the deadline's failure, not the provider's.
+        stop = self.budget.stop(utcnow(), asking_model=False)
+        if stop is not None and stop.reason is TerminationReason.DEADLINE_EXCEEDED:
+            return self._stop(stop)
+        message = f"provider {self.provider_name} failed: {exc}"
+        log.warning("run %s: %s", self.segment.run_id, message)
+        self.segment.event("error", {"message": message, "provider": self.provider_name})
+        return self.segment.fail(TerminationReason.PROVIDER_FAILED)

@@ -1,0 +1,115 @@
+"""The synchronous tool interface and the built-in tools `echo` and `sleep` (http-api.md, built-in tools).
+
+A tool declares its name, its effect and a JSON schema for its arguments, and turns valid arguments
+into a result text. The loop validates the arguments first, so `run` sees only arguments that match the
+schema. A tool that cannot do its work raises ToolError; its result text is then `error: <why>` and the
+model continues.
+"""
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from ..domain.vocabulary import ToolEffect
+from .providers import ToolSpec
+
+# How often a long wait inside a tool looks for a cancel request or a passed deadline.
+CHECK_INTERVAL_SECONDS = 0.5
+MAX_SLEEP_SECONDS = 3600
+
+
+class ToolError(Exception):
+    """The tool could not do its work; the message says why (the result text is `error: <message>`)."""
+
+
+def error_text(why: str) -> str:
+    """Every failed tool call's result text starts with `error: ` (http-api.md)."""
+    return f"error: {why}"
+
+
+class ToolContext:
+    """What a running tool may use: the run's id and waits that stop when the run must stop."""
+
+    def __init__(self, segment, check: Callable[[], None]):
+        self._segment = segment
+        # Raises (Interrupted from the loop) when the run is cancelled or out of time.
+        self._check = check
+
+    @property
+    def run_id(self) -> str:
+        return self._segment.run_id
+
+    def sleep(self, seconds: float) -> None:
+        """Wait; a lost lease stops it at once (LeaseLost), a cancel or the deadline within half a second."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self._segment.sleep(min(left, CHECK_INTERVAL_SECONDS))
+            self._check()
+
+
+class Tool:
+    name: ClassVar[str]
+    effect: ClassVar[ToolEffect]
+    description: ClassVar[str]
+    parameters: ClassVar[dict]
+
+    def run(self, arguments: dict, context: ToolContext) -> str:
+        raise NotImplementedError
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    def argument_problem(self, arguments: Any) -> str | None:
+        """Why the arguments do not fit the schema, or None."""
+        if not isinstance(arguments, dict):
+            return f"the arguments of {self.name} are not a JSON object"
+        error = best_match(Draft202012Validator(self.parameters).iter_errors(arguments))
+        if error is None:
+            return None
+        where = ".".join(str(p) for p in error.absolute_path)
+        return f"invalid arguments for {self.name}: " + (f"{where}: " if where else "") + error.message
+
+
+class EchoTool(Tool):
+    name = "echo"
+    effect = ToolEffect.READ_ONLY
+    description = "Returns the given text unchanged."
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The text to return."}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+
+    def run(self, arguments: dict, context: ToolContext) -> str:
+        return arguments["text"]
+
+
+class SleepTool(Tool):
+    name = "sleep"
+    effect = ToolEffect.READ_ONLY
+    description = "Waits the given number of seconds, then says so."
+    parameters = {
+        "type": "object",
+        "properties": {
+            "seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_SECONDS,
+                        "description": "How long to wait, in seconds."},
+        },
+        "required": ["seconds"],
+        "additionalProperties": False,
+    }
+
+    def run(self, arguments: dict, context: ToolContext) -> str:
+        seconds = arguments["seconds"]
+        context.sleep(float(seconds))
+        # The number as the model wrote it: 2 -> "slept 2s", 0.5 -> "slept 0.5s".
+        return f"slept {json.dumps(seconds)}s"
+
+
+def builtin_tools() -> list[Tool]:
+    return [EchoTool(), SleepTool()]

@@ -1,0 +1,63 @@
+"""Written-ahead model turns and saved tool results: the engine's journal of a run's conversation.
+
+A turn is saved, fenced, before any of its tools runs, together with the budget counts it costs and its
+`llm` event; a tool result is saved, fenced, with its `tool` event (and, for a non-idempotent tool, the
+clearing of `pending_effect`). A retried segment reads both back instead of asking the model or running
+the tool again.
+"""
+
+import json
+
+from ..domain.clock import utcnow
+from ..domain.errors import LeaseLost
+from . import events
+from .db import transactional
+from .leases import Claim, _fence, _fenced_update
+from .models import ModelTurn, Run, ToolResult
+
+
+def _event(claim: Claim, kind: str, payload: dict) -> None:
+    if events.append(claim.run_id, _fence(claim), kind, payload) is None:
+        raise LeaseLost(claim.run_id, claim.epoch)
+
+
+@transactional
+def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> None:
+    """Save turn `index` of the claimed run, count it against the budget and append its `llm` event."""
+    _fenced_update(
+        claim,
+        iterations_used=Run.iterations_used + 1,
+        tokens_used=Run.tokens_used + tokens,
+        cost_used=Run.cost_used + cost,
+    )
+    _event(claim, "llm", event)
+    ModelTurn.insert(
+        run=claim.run_id, index=index, message=json.dumps(message, sort_keys=True), tokens=tokens, cost=cost,
+        created_at=utcnow(),
+    ).execute()
+
+
+@transactional
+def save_tool_result(
+    claim: Claim, turn_index: int, tool_call_id: str, name: str, result: str, event: dict, *, clear_pending_effect: bool
+) -> None:
+    """Save a tool call's result and append its `tool` event; clear `pending_effect` when asked to."""
+    _fenced_update(claim, **({"pending_effect": None} if clear_pending_effect else {}))
+    _event(claim, "tool", event)
+    ToolResult.insert(
+        run=claim.run_id, tool_call_id=tool_call_id, turn_index=turn_index, name=name, result=result,
+        created_at=utcnow(),
+    ).execute()
+
+
+def load(run_id: str) -> tuple[list[dict], dict[str, str]]:
+    """The run's saved turns in order ({"index", "message", "tokens", "cost"}) and its results by call id."""
+    turns = [
+        {"index": row.index, "message": json.loads(row.message), "tokens": row.tokens, "cost": row.cost}
+        for row in ModelTurn.select().where(ModelTurn.run == run_id).order_by(ModelTurn.index)
+    ]
+    results = {
+        row.tool_call_id: row.result
+        for row in ToolResult.select(ToolResult.tool_call_id, ToolResult.result).where(ToolResult.run == run_id)
+    }
+    return turns, results

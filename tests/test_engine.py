@@ -1,0 +1,269 @@
+"""The agent loop on SQLite, PostgreSQL and MariaDB: scripted runs, tool errors, budgets, cancellation,
+provider failure, and replay of written-ahead turns after a crash."""
+
+import threading
+import time
+
+import pytest
+
+from sidecar.domain.vocabulary import SegmentOutcome, ToolEffect
+from sidecar.engine import AgentLoop
+from sidecar.segment import Segment
+from sidecar.store import events, runs
+from sidecar.store.models import ModelTurn, Run, ToolResult
+from tests.engine_support import (
+    CallLog,
+    Crash,
+    FunctionTool,
+    registry,
+    request_cancel,
+    requeue_as_the_reaper_would,
+    run_segment,
+)
+from tests.helpers import event_kinds, run_row, wait_until
+
+
+def _run(script, *, tools=None, budget=None, input="hello") -> str:
+    spec = {"provider": "scripted", "script": script}
+    if tools is not None:
+        spec["tools"] = tools
+    return runs.create_run("be_user:7", input, spec=spec, budget=budget)
+
+
+def _call(name, arguments, call_id="call_1"):
+    return {"id": call_id, "name": name, "arguments": arguments}
+
+
+def _results(run_id) -> list[str]:
+    return [e["payload"]["result"] for e in events.list_events(run_id) if e["kind"] == "tool"]
+
+
+def _event(run_id, kind) -> dict:
+    (payload,) = [e["payload"] for e in events.list_events(run_id) if e["kind"] == kind]
+    return payload
+
+
+def test_a_tool_turn_then_a_final_turn_with_the_last_tool_result(database_url):
+    run_id = _run([
+        {"tool_calls": [_call("echo", {"text": "hi there"}, "call_1"), _call("sleep", {"seconds": 0.1}, "call_2")]},
+        {"tool_calls": [_call("echo", {"text": "second"}, "call_3")]},
+        {"content": "the tools said: {last_tool_result}"},
+    ])
+    assert run_segment(AgentLoop(registry())) is SegmentOutcome.COMPLETED
+
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason, row.output) == ("completed", "completed", "the tools said: second")
+    assert (row.iterations_used, row.lease_holder, row.pending_effect) == (3, None, None)
+    assert event_kinds(run_id) == ["status", "status", "llm", "tool", "tool", "llm", "tool", "llm", "status"]
+    assert _results(run_id) == ["hi there", "slept 0.1s", "second"]
+    first_llm = [e["payload"] for e in events.list_events(run_id) if e["kind"] == "llm"][0]
+    assert first_llm["tool_calls"][0] == {"id": "call_1", "name": "echo", "arguments": {"text": "hi there"}}
+    tool_event = [e["payload"] for e in events.list_events(run_id) if e["kind"] == "tool"][0]
+    assert tool_event["effect"] == "read_only" and tool_event["tool_call_id"] == "call_1"
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 3
+    assert ToolResult.select().where(ToolResult.run == run_id).count() == 3
+
+
+def test_a_final_turn_without_tools_and_an_empty_last_tool_result(database_url):
+    run_id = _run([{"content": "nothing ran: [{last_tool_result}]"}])
+    run_segment(AgentLoop(registry()))
+    assert run_row(run_id).output == "nothing ran: []"
+
+
+def test_unknown_tool_not_offered_and_bad_arguments_are_error_results_and_the_model_continues(database_url):
+    run_id = _run(
+        [
+            {"tool_calls": [
+                _call("no_such_tool", {}, "a"),
+                _call("sleep", {"seconds": 1}, "b"),
+                _call("echo", {"text": 5}, "c"),
+                _call("echo", {}, "d"),
+                _call("echo", "not an object", "e"),
+            ]},
+            {"tool_calls": [_call("echo", {"text": "still here"}, "f")]},
+            {"content": "{last_tool_result}"},
+        ],
+        tools=["echo"],
+    )
+    assert run_segment(AgentLoop(registry())) is SegmentOutcome.COMPLETED
+    results = _results(run_id)
+    assert all(r.startswith("error: ") for r in results[:5]), results
+    assert "unknown tool 'no_such_tool'" in results[0]
+    assert "tool 'sleep' is not offered to this run (offered: echo)" in results[1]
+    assert "invalid arguments for echo: text: 5 is not of type 'string'" in results[2]
+    assert "'text' is a required property" in results[3]
+    assert "not a JSON object" in results[4]
+    assert run_row(run_id).output == "still here"
+
+
+def test_a_tool_that_fails_gives_an_error_result(database_url):
+    def broken(arguments, context):
+        raise RuntimeError("disk on fire")
+
+    run_id = _run([{"tool_calls": [_call("broken", {})]}, {"content": "{last_tool_result}"}])
+    run_segment(AgentLoop(registry(FunctionTool("broken", broken))))
+    assert run_row(run_id).output == "error: broken failed: RuntimeError"
+
+
+def test_repeated_call_ids_are_made_unique_before_the_turn_is_saved(database_url):
+    run_id = _run([
+        {"tool_calls": [_call("echo", {"text": "one"}, "call_1"), _call("echo", {"text": "two"}, "call_1")]},
+        {"tool_calls": [_call("echo", {"text": "three"}, "call_1")]},
+        {"content": "{last_tool_result}"},
+    ])
+    assert run_segment(AgentLoop(registry())) is SegmentOutcome.COMPLETED
+    ids = [r.tool_call_id for r in ToolResult.select().where(ToolResult.run == run_id).order_by(ToolResult.id)]
+    assert ids == ["call_1", "call_0_1", "call_1_0"]
+    assert run_row(run_id).output == "three"
+
+
+def test_the_iteration_budget_ends_the_run_before_the_next_model_turn(database_url):
+    turn = {"tool_calls": [_call("echo", {"text": "again"})]}
+    run_id = _run([turn, turn, turn, {"content": "never"}], budget={"max_iterations": 2})
+    assert run_segment(AgentLoop(registry())) is SegmentOutcome.FAILED
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason, row.iterations_used) == ("failed", "max_iterations", 2)
+    # The tools of the last allowed turn ran; no third turn was asked for.
+    assert event_kinds(run_id)[2:] == ["llm", "tool", "llm", "tool", "budget", "status"]
+    assert _event(run_id, "budget") == {"reason": "max_iterations", "message": "2 of 2 model turns used"}
+
+
+@pytest.mark.parametrize("limit, per_turn", [({"max_tokens": 100}, {"tokens": 60}), ({"max_cost": 0.5}, {"cost": 0.3})])
+def test_a_turn_that_exhausts_tokens_or_cost_stops_the_run_before_its_tools(database_url, limit, per_turn):
+    log = CallLog()
+    run_id = _run(
+        [{"tool_calls": [_call("echo", {"text": "x"})], **per_turn}] * 3 + [{"content": "never"}], budget=limit
+    )
+    assert run_segment(AgentLoop(registry(log=log))) is SegmentOutcome.FAILED
+    row = run_row(run_id)
+    assert (row.termination_reason, row.iterations_used) == ("budget_exhausted", 2)
+    expected = (120, 0) if "tokens" in per_turn else (0, pytest.approx(0.6))
+    assert (row.tokens_used, row.cost_used) == expected
+    assert log.lines.count("end echo") == 1  # the second turn's tool did not run
+    assert event_kinds(run_id)[2:] == ["llm", "tool", "llm", "budget", "status"]
+
+
+def test_the_deadline_stops_a_sleeping_tool(database_url):
+    run_id = _run([{"tool_calls": [_call("sleep", {"seconds": 30})]}, {"content": "late"}],
+                  budget={"deadline_seconds": 0.5})
+    started = time.monotonic()
+    assert run_segment(AgentLoop(registry())) is SegmentOutcome.FAILED
+    assert time.monotonic() - started < 5
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason) == ("failed", "deadline_exceeded")
+    assert ToolResult.select().where(ToolResult.run == run_id).count() == 0
+
+
+def test_a_cancel_requested_by_a_tool_ends_the_run_at_the_next_boundary(database_url):
+    log = CallLog()
+    cancel = FunctionTool("cancel_me", lambda args, ctx: request_cancel(ctx.run_id) or "cancel requested")
+    run_id = _run([{"tool_calls": [_call("cancel_me", {}, "a"), _call("echo", {"text": "no"}, "b")]},
+                   {"content": "never"}])
+    assert run_segment(AgentLoop(registry(cancel, log=log))) is SegmentOutcome.CANCELLED
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason, row.output) == ("cancelled", "cancelled", None)
+    assert _results(run_id) == ["cancel requested"]  # its result is kept; the next call never ran
+    assert [line for line in log.lines if line.startswith("provider")] == [f"provider {run_id} 0"]
+    assert event_kinds(run_id)[-1] == "status"
+
+
+def test_a_cancel_requested_while_a_tool_sleeps_ends_the_run_within_a_second(database_url):
+    run_id = _run([{"tool_calls": [_call("sleep", {"seconds": 60})]}, {"content": "never"}])
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(run_segment(AgentLoop(registry()))))
+    thread.start()
+    wait_until(lambda: ModelTurn.select().where(ModelTurn.run == run_id).exists(), what="the tool turn saved")
+    time.sleep(0.2)
+    requested = time.monotonic()
+    request_cancel(run_id)
+    thread.join(10)
+    assert outcome == [SegmentOutcome.CANCELLED] and time.monotonic() - requested < 2
+    assert run_row(run_id).status == "cancelled"
+    assert ToolResult.select().where(ToolResult.run == run_id).count() == 0
+
+
+def test_a_script_that_runs_out_before_a_final_turn_fails_with_provider_failed(database_url):
+    run_id = _run([{"tool_calls": [_call("echo", {"text": "x"})]}])
+    assert run_segment(AgentLoop(registry())) is SegmentOutcome.FAILED
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason) == ("failed", "provider_failed")
+    error = _event(run_id, "error")
+    assert error["provider"] == "scripted"
+    assert error["message"] == "provider scripted failed: the script ran out after 1 turns without a final turn"
+
+
+def test_an_unknown_provider_fails_the_run_with_the_reason(database_url):
+    run_id = runs.create_run("owner", "hi", spec={"provider": "nonesuch"})
+    run_segment(AgentLoop(registry()))
+    assert run_row(run_id).termination_reason == "provider_failed"
+    assert "unknown provider 'nonesuch'" in _event(run_id, "error")["message"]
+
+
+def test_a_non_idempotent_tool_is_stamped_while_it_runs_and_cleared_with_its_result(database_url):
+    seen = []
+
+    def write(arguments, context):
+        seen.append(Run.get(Run.id == context.run_id).pending_effect)
+        return "written"
+
+    tool = FunctionTool("write_it", write, ToolEffect.NON_IDEMPOTENT_WRITE)
+    run_id = _run([{"tool_calls": [_call("write_it", {}, "w1")]}, {"content": "{last_tool_result}"}])
+    run_segment(AgentLoop(registry(tool)))
+    assert seen == ["write_it (tool call w1)"]
+    row = run_row(run_id)
+    assert (row.output, row.pending_effect) == ("written", None)
+    assert _event(run_id, "tool")["effect"] == "non_idempotent_write"
+
+
+# -- replay -------------------------------------------------------------------------------------
+
+
+def _provider_calls(log: CallLog, run_id: str) -> list[int]:
+    return [int(line.split()[2]) for line in log.lines if line.startswith(f"provider {run_id} ")]
+
+
+def test_a_retried_segment_replays_the_saved_turn_and_runs_the_tool_without_asking_again(database_url):
+    log = CallLog()
+    run_id = _run([{"tool_calls": [_call("echo", {"text": "once"})]}, {"content": "got {last_tool_result}"}])
+    with pytest.raises(Crash):
+        run_segment(AgentLoop(registry(log=log, crash_tools=("echo",))))  # dies after the turn was saved
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 1
+    requeue_as_the_reaper_would(run_id)
+
+    assert run_segment(AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
+    assert _provider_calls(log, run_id) == [0, 1]  # turn 0 was asked for once
+    assert log.lines.count("end echo") == 1
+    row = run_row(run_id)
+    assert (row.output, row.iterations_used) == ("got once", 2)
+    assert event_kinds(run_id).count("llm") == 2 and event_kinds(run_id).count("tool") == 1
+
+
+def test_a_retried_segment_does_not_run_a_tool_whose_result_was_saved(database_url):
+    log = CallLog()
+    run_id = _run([{"tool_calls": [_call("echo", {"text": "once"})]}, {"content": "got {last_tool_result}"}])
+    with pytest.raises(Crash):
+        run_segment(AgentLoop(registry(log=log, crash_provider_at={1})))  # dies asking for turn 1
+    requeue_as_the_reaper_would(run_id)
+
+    assert run_segment(AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
+    assert log.lines.count("start echo") == 1
+    # Turn 1 was never saved, so asking for it again is right; turn 0 was asked for once.
+    assert _provider_calls(log, run_id) == [0, 1, 1]
+    assert run_row(run_id).output == "got once"
+    assert ToolResult.select().where(ToolResult.run == run_id).count() == 1
+
+
+class _CrashOnComplete(Segment):
+    def complete(self, output):
+        raise Crash("died between saving the final turn and completing")
+
+
+def test_a_saved_final_turn_completes_a_retried_segment_without_asking_again(database_url):
+    log = CallLog()
+    run_id = _run([{"content": "final answer"}])
+    with pytest.raises(Crash):
+        run_segment(AgentLoop(registry(log=log)), _CrashOnComplete)
+    requeue_as_the_reaper_would(run_id)
+    assert run_segment(AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
+    assert _provider_calls(log, run_id) == [0]
+    assert run_row(run_id).output == "final answer"
