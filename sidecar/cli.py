@@ -62,7 +62,7 @@ def db_upgrade() -> None:
     click.echo(f"schema at version {migrations.current_version()}" + (f" (applied {applied})" if applied else ""))
 
 
-DEFAULT_EXECUTOR = "sidecar.testing:StepExecutor"
+DEFAULT_EXECUTOR = "sidecar.engine:AgentLoop"
 
 
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
