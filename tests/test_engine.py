@@ -3,6 +3,7 @@ provider failure, and replay of written-ahead turns after a crash."""
 
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -267,3 +268,18 @@ def test_a_saved_final_turn_completes_a_retried_segment_without_asking_again(dat
     assert run_segment(AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
     assert _provider_calls(log, run_id) == [0]
     assert run_row(run_id).output == "final answer"
+
+
+def test_a_provider_that_raises_fails_the_run_as_a_provider_failure(database_url):
+    class Broken:
+        name = "broken"
+
+        def next_turn(self, request):
+            raise KeyError("choices")
+
+    base = registry()
+    loop = AgentLoop(replace(base, providers={**base.providers, "broken": Broken()}))
+    run_id = runs.create_run("owner", "hi", spec={"provider": "broken"})
+    assert run_segment(loop) is SegmentOutcome.FAILED
+    assert run_row(run_id).termination_reason == "provider_failed"
+    assert _event(run_id, "error")["message"] == "provider broken failed: the provider raised KeyError: 'choices'"

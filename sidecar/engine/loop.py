@@ -124,7 +124,14 @@ class _RunSegment:
             tools=tuple(tool.spec for tool in self.offered.values()),
             seconds_left=self.budget.seconds_left(utcnow()),
         )
-        turn = provider.next_turn(request)
+        try:
+            turn = provider.next_turn(request)
+        except ProviderError:
+            raise
+        except Exception as exc:
+            # A provider (a plugin's, say) with a bug fails the run as a provider failure that says so.
+            log.exception("provider %s raised on run %s", self.provider_name, self.segment.run_id)
+            raise ProviderError(f"the provider raised {type(exc).__name__}: {exc}") from exc
         return assign_call_ids(turn, self.conversation.call_ids, len(self.conversation.turns))
 
     def _save(self, turn: Turn) -> None:
