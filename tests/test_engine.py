@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.domain.errors import LeaseLost
 from sidecar.domain.vocabulary import SegmentOutcome, ToolEffect
 from sidecar.engine import AgentLoop
 from sidecar.segment import Segment
@@ -283,3 +284,17 @@ def test_a_provider_that_raises_fails_the_run_as_a_provider_failure(database_url
     assert run_segment(loop) is SegmentOutcome.FAILED
     assert run_row(run_id).termination_reason == "provider_failed"
     assert _event(run_id, "error")["message"] == "provider broken failed: the provider raised KeyError: 'choices'"
+
+
+def test_a_segment_that_lost_its_lease_during_a_tool_writes_nothing_more(database_url):
+    def taken_over(arguments, context):
+        requeue_as_the_reaper_would(context.run_id)  # the lease expired meanwhile and the reaper acted
+        return "too late"
+
+    run_id = _run([{"tool_calls": [_call("slow", {})]}, {"content": "never"}])
+    with pytest.raises(LeaseLost):
+        run_segment(AgentLoop(registry(FunctionTool("slow", taken_over))))
+    row = run_row(run_id)
+    assert (row.status, row.iterations_used) == ("queued", 1)
+    assert ToolResult.select().where(ToolResult.run == run_id).count() == 0
+    assert event_kinds(run_id)[-3:] == ["lease_lost", "status", "requeued"]
