@@ -2,13 +2,14 @@
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from peewee import fn
 
 from .. import wakeup
 from ..domain.clock import utcnow
-from ..domain.vocabulary import RunStatus
+from ..domain.errors import InvalidState, NotFound
+from ..domain.vocabulary import RunStatus, TerminationReason
 from . import events
 from .db import transactional
 from .models import Run
@@ -32,8 +33,12 @@ def create_run(
     spec: dict | None = None,
     budget: dict | None = None,
     run_id: str | None = None,
+    wake: bool = True,
 ) -> str:
-    """Insert a queued run (and its first event) and wake this process's worker."""
+    """Insert a queued run (and its first event) and wake this process's worker.
+
+    Pass wake=False inside a surrounding transaction, and call wake_workers() after it commits.
+    """
     now = utcnow()
     budget = budget or {}
     values = {
@@ -52,12 +57,97 @@ def create_run(
     if budget.get("deadline_seconds") is not None:
         values["deadline_at"] = now + timedelta(seconds=budget["deadline_seconds"])
     run_id = _insert_queued(values)
-    wakeup.runs_queued()
+    if wake:
+        wake_workers()
     return run_id
+
+
+def wake_workers() -> None:
+    """Tell this process's worker that runs were queued (others find them by polling)."""
+    wakeup.runs_queued()
 
 
 def get_run(run_id: str) -> Run | None:
     return Run.get_or_none(Run.id == run_id)
+
+
+def list_runs(
+    *,
+    visible_to: str | None = None,
+    owner: str | None = None,
+    status: str | None = None,
+    origin: str | None = None,
+    limit: int = 50,
+    after: tuple[datetime, str] | None = None,
+) -> tuple[list[Run], tuple[datetime, str] | None]:
+    """Runs newest first, and the key to pass as `after` for the next page (None on the last page).
+
+    `visible_to` restricts to one owner's runs (a host's actor); `owner` is the caller's filter.
+    Keyset paging on (created_at, id): a page never repeats or skips a run created meanwhile.
+    """
+    query = Run.select()
+    for column, value in ((Run.owner, visible_to), (Run.owner, owner), (Run.status, status), (Run.origin, origin)):
+        if value is not None:
+            query = query.where(column == value)
+    if after is not None:
+        created_at, run_id = after
+        query = query.where((Run.created_at < created_at) | ((Run.created_at == created_at) & (Run.id < run_id)))
+    rows = list(query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1))
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, (rows[-1].created_at, rows[-1].id)
+
+
+class _Raced(Exception):
+    """The row changed between our read and our guarded write: start over with a fresh snapshot."""
+
+
+def request_cancel(run_id: str, by: str) -> str:
+    """Cancel a run: "cancelled" (queued or waiting: at once), "requested" (running: the segment stops at
+    its next step boundary) or "already_requested". Raises NotFound, or InvalidState for a terminal run.
+    """
+    for _ in range(10):
+        try:
+            return _cancel(run_id, by)
+        except _Raced:
+            continue
+    raise InvalidState(f"run {run_id} kept changing while being cancelled; try again")
+
+
+@transactional
+def _cancel(run_id: str, by: str) -> str:
+    row = Run.get_or_none(Run.id == run_id)
+    if row is None:
+        raise NotFound(f"run {run_id} does not exist")
+    status = RunStatus(row.status)
+    now = utcnow()
+    if status.is_terminal:
+        raise InvalidState(f"run {run_id} is already {status.value}")
+    if status is RunStatus.RUNNING:
+        if row.cancel_requested_at is not None:
+            return "already_requested"
+        guard = [Run.status == status.value, Run.lease_epoch == row.lease_epoch, Run.cancel_requested_at.is_null()]
+        if events.append(run_id, guard, "cancel_requested", {"by": by}) is None:
+            raise _Raced()
+        Run.update(cancel_requested_at=now, updated_at=now).where(Run.id == run_id, *guard).execute()
+        return "requested"
+    # Queued or waiting: nobody holds a lease, so the cancel is ours to finish now. The epoch grows, as on
+    # every revocation, so a segment that claimed it meanwhile is fenced out.
+    guard = [Run.status == status.value, Run.lease_epoch == row.lease_epoch]
+    change = {"from": status.value, "to": RunStatus.CANCELLED.value, "by": by}
+    if events.append(run_id, guard, "status", change) is None:
+        raise _Raced()
+    Run.update(
+        status=RunStatus.CANCELLED.value,
+        termination_reason=TerminationReason.CANCELLED.value,
+        cancel_requested_at=row.cancel_requested_at or now,
+        finished_at=now,
+        queued_at=None,
+        lease_epoch=Run.lease_epoch + 1,
+        updated_at=now,
+    ).where(Run.id == run_id, *guard).execute()
+    return "cancelled"
 
 
 def count_by_status() -> dict[str, int]:

@@ -1,0 +1,90 @@
+"""Idempotency keys: the first answer to a keyed request, replayed for the same key and body.
+
+The key's record is inserted in the same transaction as the work it guards, and the answer is written
+there too, so a record is never seen half-done: a concurrent request with the same key blocks on the
+unique (scope, key) index until the first commits, then fails its insert with an IntegrityError and
+its retry reads the finished answer. Records live for 24 hours.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from peewee import IntegrityError
+
+from ..domain.clock import utcnow
+from ..domain.errors import SidecarError
+from .db import transactional
+from .models import IdempotencyRecord
+
+RETENTION = timedelta(hours=24)
+PURGE_EVERY_SECONDS = 60.0
+
+
+class KeyReused(SidecarError):
+    """The key was first used with another request."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict
+    replayed: bool
+
+
+def run_once(scope: str, key: str, request_sha256: str, action: Callable[[], tuple[int, dict]]) -> Answer:
+    """Answer a keyed request: the stored answer if the key was used with this request, else action().
+
+    action runs inside the transaction that records the key, must do database work only (it may run
+    again when the transaction is retried) and returns (status, JSON body).
+    """
+    _maybe_purge()
+    for _ in range(3):
+        try:
+            return _attempt(scope, key, request_sha256, action)
+        except IntegrityError:
+            # Another request with this key committed first: the next attempt finds its answer.
+            continue
+    raise RuntimeError("an idempotency record kept conflicting; giving up")
+
+
+@transactional
+def _attempt(scope, key, request_sha256, action) -> Answer:
+    existing = IdempotencyRecord.get_or_none(IdempotencyRecord.scope == scope, IdempotencyRecord.key == key)
+    if existing is not None and existing.created_at < utcnow() - RETENTION:
+        IdempotencyRecord.delete().where(IdempotencyRecord.id == existing.id).execute()
+        existing = None
+    if existing is not None:
+        if existing.request_sha256 != request_sha256:
+            raise KeyReused("this Idempotency-Key was used with another request")
+        return Answer(existing.status_code, json.loads(existing.response_body), replayed=True)
+    record_id = IdempotencyRecord.insert(
+        scope=scope, key=key, request_sha256=request_sha256, created_at=utcnow()
+    ).execute()
+    status, body = action()
+    IdempotencyRecord.update(status_code=status, response_body=json.dumps(body)).where(
+        IdempotencyRecord.id == record_id
+    ).execute()
+    return Answer(status, body, replayed=False)
+
+
+_last_purge = 0.0
+_purge_lock = threading.Lock()
+
+
+def _maybe_purge() -> None:
+    """Delete expired records at most once a minute per process, outside the request's transaction."""
+    global _last_purge
+    with _purge_lock:
+        if time.monotonic() - _last_purge < PURGE_EVERY_SECONDS:
+            return
+        _last_purge = time.monotonic()
+    purge_expired()
+
+
+@transactional
+def purge_expired() -> int:
+    return IdempotencyRecord.delete().where(IdempotencyRecord.created_at < utcnow() - RETENTION).execute()
