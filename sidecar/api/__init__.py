@@ -4,8 +4,10 @@ from flask import Flask
 
 from ..config import Settings
 from ..store import db
-from . import health
+from . import auth, health, metrics, runs
 from .errors import SidecarApi
+
+SECURITY_SCHEME = "bearerToken"
 
 
 def create_app(settings: Settings | None = None, *, bind_database: bool = True) -> Flask:
@@ -23,9 +25,16 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         OPENAPI_JSON_PATH="openapi.json",
         OPENAPI_SWAGGER_UI_PATH="docs",
         OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        # Every operation needs the bearer token unless it says otherwise (health: security []).
+        API_SPEC_OPTIONS={"security": [{SECURITY_SCHEME: []}]},
     )
+    # Before any view, and for routes that do not exist too: 401 unless the view is public.
+    app.before_request(auth.authenticate)
     api = SidecarApi(app)
+    _document_common_parts(api)
     api.register_blueprint(health.blp)
+    api.register_blueprint(runs.blp)
+    api.register_blueprint(metrics.blp)
 
     @app.teardown_request
     def _return_connection(_exc):
@@ -34,3 +43,22 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
             db.database.close()
 
     return app
+
+
+def _document_common_parts(api: SidecarApi) -> None:
+    components = api.spec.components
+    components.security_scheme(
+        SECURITY_SCHEME,
+        {"type": "http", "scheme": "bearer",
+         "description": "A token from `nrllm-sidecar token create --name NAME --role host|operator`."},
+    )
+    components.parameter(
+        "Actor", "header",
+        {"name": auth.ACTOR_HEADER, "schema": {"type": "string", "maxLength": auth.MAX_ACTOR},
+         "description": "The actor a host token acts for, e.g. `be_user:7` (required for host tokens)."},
+    )
+    components.parameter(
+        "Workspace", "header",
+        {"name": auth.WORKSPACE_HEADER, "schema": {"type": "string", "maxLength": auth.MAX_WORKSPACE, "default": "0"},
+         "description": "The workspace a host token acts in."},
+    )

@@ -1,7 +1,9 @@
 """One error shape for every answer that is not a success: {"code", "message", "errors"?} (http-api.md)."""
 
 from flask_smorest import Api
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+
+from .schemas import ErrorSchema
 
 # The code a bare HTTP error gets when nothing more specific was said.
 _DEFAULT_CODES = {
@@ -35,7 +37,9 @@ def _flatten(messages) -> dict[str, list[str]]:
     def walk(prefix: str, value):
         if isinstance(value, dict):
             for key, inner in value.items():
-                walk(f"{prefix}.{key}" if prefix else str(key), inner)
+                # marshmallow's "_schema" is the object itself: "budget._schema" is about "budget".
+                name = prefix if key == "_schema" and prefix else f"{prefix}.{key}" if prefix else str(key)
+                walk(name, inner)
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
             flat.setdefault(prefix or "_body", []).extend(value)
         else:
@@ -55,6 +59,9 @@ def error_body(status: int, code: str, message: str, errors: dict | None = None)
 
 
 class SidecarApi(Api):
+    # What the OpenAPI document shows for every error answer.
+    ERROR_SCHEMA = ErrorSchema
+
     def handle_http_exception(self, error):
         if isinstance(error, ApiError):
             return error_body(error.code, error.error_code, error.message, error.errors), error.code
@@ -67,4 +74,7 @@ class SidecarApi(Api):
         message = data.get("message") or error.description or error.name
         if status == 422 and errors:
             message = "the request has fields that are missing or of the wrong type or value"
-        return error_body(status, code, message, errors), status, data.get("headers", {})
+        headers = data.get("headers") or {}
+        if isinstance(error, MethodNotAllowed) and error.valid_methods:
+            headers = {**headers, "Allow": ", ".join(error.valid_methods)}
+        return error_body(status, code, message, errors), status, headers

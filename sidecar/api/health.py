@@ -9,6 +9,7 @@ from peewee import PeeweeException
 from ..domain.lease import LeasePolicy
 from ..store import runs, workers
 from ..store.db import database
+from .auth import public
 
 blp = Blueprint("health", __name__, url_prefix="/api/v1", description="Liveness and readiness")
 
@@ -22,8 +23,10 @@ class HealthSchema(Schema):
 
 
 @blp.route("/health")
+@public()
 class Health(MethodView):
     @blp.response(200, HealthSchema)
+    @blp.doc(security=[])
     def get(self):
         settings = current_app.config["NRLLM_SETTINGS"]
         try:

@@ -1,0 +1,42 @@
+"""GET /metrics: Prometheus text. Runs by status are counted in the database at scrape time, so every
+API process reports the same numbers; the counters are this process's own (sidecar/metrics.py)."""
+
+from flask import Response, current_app
+from flask.views import MethodView
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from ..domain.vocabulary import RunStatus
+from ..store import runs
+from .auth import principal, public
+from .errors import ApiError
+from .parsing import Blueprint
+
+blp = Blueprint("metrics", __name__, url_prefix="", description="Prometheus metrics")
+
+
+class _Scrape:
+    """A collector for one scrape: the process registry plus the run counts read now."""
+
+    def collect(self):
+        yield from REGISTRY.collect()
+        counts = runs.count_by_status()
+        family = GaugeMetricFamily("nrllm_runs", "Runs in the database, by status", labels=["status"])
+        for status in RunStatus:
+            family.add_metric([status.value], counts.get(status.value, 0))
+        yield family
+
+
+@blp.route("/metrics")
+@public(when=lambda settings: settings.metrics_public)
+class Metrics(MethodView):
+    @blp.doc(responses={200: {"description": "Prometheus text format 0.0.4",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}},
+                        401: "UNAUTHORIZED", 403: "FORBIDDEN"},
+             description="Needs an operator token, unless NRLLM_METRICS_PUBLIC=1.")
+    def get(self):
+        """Prometheus metrics (operator)."""
+        if not current_app.config["NRLLM_SETTINGS"].metrics_public and principal().role != "operator":
+            raise ApiError(403, "forbidden_role", "metrics are for operator tokens")
+        return Response(generate_latest(_Scrape()), mimetype=None, content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -1,0 +1,163 @@
+"""The runs API (http-api.md, "Runs"): create, get, list, events (JSON or server-sent), cancel."""
+
+import hashlib
+import json
+from http import HTTPStatus
+
+from flask import Response, current_app, request
+from flask.views import MethodView
+
+from ..domain.errors import InvalidState, NotFound
+from ..store import idempotency, runs
+from ..store.events import list_events
+from ..store.models import Run
+from . import streaming
+from .auth import Principal, principal, roles
+from .documents import decode_cursor, encode_cursor, event_document, run_document
+from .errors import ApiError
+from .parsing import Blueprint
+from .schemas import (
+    EventListSchema,
+    EventsQuerySchema,
+    RunCreateSchema,
+    RunListQuerySchema,
+    RunListSchema,
+    RunSchema,
+)
+
+blp = Blueprint("runs", __name__, url_prefix="/api/v1", description="Agent runs")
+HEADERS = ["Actor", "Workspace"]  # header parameters, registered in api/__init__.py
+IDEMPOTENCY_KEY = "Idempotency-Key"
+MAX_KEY = 255
+
+
+def errors(*statuses: int):
+    """Document error answers (the shared {code, message, errors?} body) of an operation."""
+    return blp.doc(responses={status: HTTPStatus(status).name for status in statuses})
+
+
+def _json(body: dict, status: int, **headers) -> Response:
+    """A JSON answer serialized as every other answer is (flask-smorest's go through app.json too)."""
+    response = current_app.json.response(body)
+    response.status_code = status
+    response.headers.update(headers)
+    return response
+
+
+def visible_run(run_id, who: Principal) -> Run:
+    """The run, if this principal may see it; a run of another actor is as absent as a missing one."""
+    run = runs.get_run(str(run_id))
+    if run is None or (not who.is_operator and run.owner != who.actor):
+        raise ApiError(404, "not_found", f"no run {run_id}")
+    return run
+
+
+@blp.route("/runs", parameters=HEADERS)
+class Runs(MethodView):
+    @roles("host")
+    @errors(400, 401, 403, 413)
+    @blp.arguments(RunCreateSchema)
+    @blp.response(201, RunSchema)
+    @blp.doc(parameters=[{"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
+                          "description": "replays the first answer for the same body (24 h); another body is 422"}])
+    def post(self, body):
+        """Create a run (host). The owner is the acting actor."""
+        who = principal()
+        key = request.headers.get(IDEMPOTENCY_KEY)
+        if key is None:
+            return _json(_create(who, body), 201)
+        if not key.strip() or len(key) > MAX_KEY:
+            raise ApiError(422, "validation_failed", "Idempotency-Key must have 1 to 255 characters",
+                           {IDEMPOTENCY_KEY: [f"Length must be between 1 and {MAX_KEY}."]})
+        try:
+            answer = idempotency.run_once(_scope(who), key, _request_digest(who, body),
+                                          lambda: (201, _create(who, body, wake=False)))
+        except idempotency.KeyReused as exc:
+            raise ApiError(422, "idempotency_key_reused", str(exc)) from None
+        if not answer.replayed:
+            runs.wake_workers()
+        return _json(answer.body, answer.status, **({"Idempotent-Replayed": "true"} if answer.replayed else {}))
+
+    @roles("host", "operator")
+    @errors(400, 401, 403)
+    @blp.arguments(RunListQuerySchema, location="query")
+    @blp.response(200, RunListSchema)
+    def get(self, query):
+        """List runs, newest first: a host's actor sees the runs it owns, an operator all."""
+        who = principal()
+        after = None
+        if "cursor" in query:
+            try:
+                after = decode_cursor(query["cursor"])
+            except ValueError as exc:
+                raise ApiError(422, "validation_failed", "the cursor is not valid", {"cursor": [str(exc)]}) from None
+        rows, next_key = runs.list_runs(
+            visible_to=None if who.is_operator else who.actor,
+            owner=query.get("owner"), status=query.get("status"), origin=query.get("origin"),
+            limit=query["limit"], after=after,
+        )
+        return {"items": [run_document(r) for r in rows], "next_cursor": encode_cursor(next_key)}
+
+
+def _create(who: Principal, body: dict, wake: bool = True) -> dict:
+    spec = {k: body[k] for k in ("provider", "model", "script", "tools", "on_denial") if body.get(k) is not None}
+    if "script" in spec:
+        spec.setdefault("provider", "scripted")  # a script means nothing to any other provider
+    run_id = runs.create_run(who.actor, body["input"], workspace=who.workspace, origin=body.get("origin"),
+                             spec=spec, budget=body.get("budget") or {}, wake=wake)
+    return RunSchema().dump(run_document(runs.get_run(run_id)))
+
+
+def _scope(who: Principal) -> str:
+    """Keys belong to one token and actor: another caller's key never collides with this one's."""
+    return hashlib.sha256(f"{who.token_id}\n{who.actor}".encode()).hexdigest()
+
+
+def _request_digest(who: Principal, body: dict) -> str:
+    canonical = json.dumps({"path": request.path, "workspace": who.workspace, "body": body}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@blp.route("/runs/<uuid:run_id>", parameters=HEADERS)
+class RunById(MethodView):
+    @roles("host", "operator")
+    @errors(400, 401, 403, 404)
+    @blp.response(200, RunSchema)
+    def get(self, run_id):
+        """A run: the actor's own (host) or any (operator)."""
+        return run_document(visible_run(run_id, principal()))
+
+
+@blp.route("/runs/<uuid:run_id>/events", parameters=HEADERS)
+class RunEvents(MethodView):
+    @roles("host", "operator")
+    @errors(400, 401, 403, 404)
+    @blp.arguments(EventsQuerySchema, location="query")
+    @blp.response(200, EventListSchema, description="JSON, or with `Accept: text/event-stream` server-sent events: "
+                  "`id:` the sequence, `event: run_event`, `data:` the event; a last `event: run` with the Run "
+                  "once it is terminal or waiting. `Last-Event-ID` resumes after that sequence.")
+    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+    def get(self, query, run_id):
+        """A run's events after `after`, in sequence order (JSON: up to 1000 per answer)."""
+        run = visible_run(run_id, principal())
+        if streaming.wants_stream():
+            return streaming.stream(run.id, streaming.resume_after(query["after"]))
+        return {"items": [event_document(e) for e in list_events(run.id, after=query["after"])]}
+
+
+@blp.route("/runs/<uuid:run_id>/cancel", parameters=HEADERS)
+class RunCancel(MethodView):
+    @roles("host", "operator")
+    @errors(400, 401, 403, 404, 409)
+    @blp.response(200, RunSchema)
+    def post(self, run_id):
+        """Cancel: queued or waiting at once; running at its next step boundary; terminal is 409."""
+        who = principal()
+        run = visible_run(run_id, who)
+        try:
+            runs.request_cancel(run.id, by=who.label)
+        except NotFound:
+            raise ApiError(404, "not_found", f"no run {run_id}") from None
+        except InvalidState as exc:
+            raise ApiError(409, "invalid_state", str(exc)) from None
+        return run_document(runs.get_run(run.id))
