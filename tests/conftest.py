@@ -14,8 +14,10 @@ from sidecar.store import db as store_db
 from sidecar.store import migrations
 from sidecar.store.models import (
     ApiToken,
+    ConsumerReportState,
     IdempotencyRecord,
     ModelTurn,
+    ReportedConsumerRow,
     Run,
     RunEvent,
     ToolResult,
@@ -118,7 +120,8 @@ def server_databases():
 
 
 def _empty_tables() -> None:
-    for model in (ToolResult, ModelTurn, RunEvent, Run, WorkerHeartbeat, IdempotencyRecord, ApiToken):
+    for model in (ToolResult, ModelTurn, RunEvent, Run, WorkerHeartbeat, IdempotencyRecord, ApiToken,
+                  ReportedConsumerRow, ConsumerReportState):
         model.delete().execute()
 
 

@@ -198,3 +198,44 @@ def test_finish_takes_only_terminal_statuses(database_url):
     with pytest.raises(ValueError):
         leases.finish(claim, RunStatus.QUEUED)
     assert run_row(claim.run_id).status == "running"
+
+
+@pytest.fixture
+def store_guard():
+    """Install a guard for one test, and take it away again (the store then refuses non-base statuses)."""
+    from sidecar.store import status_guard
+
+    yield status_guard.install
+    status_guard.install(None)
+
+
+def test_suspend_releases_the_lease_and_waits(database_url, store_guard):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    leases.suspend(claim, RunStatus.WAITING_FOR_INPUT)
+    row = run_row(run_id)
+    assert (row.status, row.lease_holder, row.lease_expires_at) == ("waiting_for_input", None, None)
+    with pytest.raises(LeaseLost):
+        leases.append_event(claim, "step", {})
+    with pytest.raises(ValueError):
+        leases.suspend(claim, RunStatus.COMPLETED)
+
+
+def test_the_store_refuses_a_gated_status_and_writes_nothing(database_url, store_guard):
+    from sidecar.store.status_guard import StatusNotWritable
+
+    run_id = runs.create_run("owner", "x", origin="typo3:page")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    before = (RunEvent.select().count(), run_row(run_id).updated_at)
+    with pytest.raises(StatusNotWritable, match="no compatibility gate"):
+        leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    seen = []
+    store_guard(lambda status, origin: seen.append((status, origin)) or "nr_mcp_agent 0.15.1 cannot read it")
+    with pytest.raises(StatusNotWritable, match="nr_mcp_agent 0.15.1"):
+        leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    assert seen == [("waiting_for_dependency", "typo3:page")]
+    assert (RunEvent.select().count(), run_row(run_id).updated_at) == before
+    assert run_row(run_id).status == "running"
+    store_guard(lambda status, origin: None)
+    leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    assert run_row(run_id).status == "waiting_for_dependency"

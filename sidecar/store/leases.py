@@ -13,7 +13,7 @@ from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
 from ..domain.lease import LeasePolicy, reap_verdict
 from ..domain.vocabulary import RunStatus
-from . import events
+from . import events, status_guard
 from .db import dialect, transactional
 from .models import Run
 
@@ -124,6 +124,21 @@ def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason
         pending_effect=None,
         finished_at=now,
     )
+
+
+@transactional
+def suspend(claim: Claim, status: RunStatus, **values) -> None:
+    """End the segment in a waiting status: the lease is released and nobody holds the run.
+
+    A status outside the base vocabulary is written only if the compatibility gate allows it for the
+    run's origin, checked in this same transaction (StatusNotWritable otherwise, nothing written).
+    """
+    if not status.is_waiting:
+        raise ValueError(f"suspend() takes a waiting status, not {status}")
+    origin = Run.select(Run.origin).where(Run.id == claim.run_id).scalar()
+    status_guard.check(status.value, origin)
+    _status_event_or_lost(claim, status.value)
+    _fenced_update(claim, status=status.value, lease_holder=None, lease_expires_at=None, **values)
 
 
 def _status_event_or_lost(claim: Claim, new: str) -> None:

@@ -11,8 +11,10 @@ from ..domain.clock import utcnow
 from .db import database, dialect
 from .models import (
     ApiToken,
+    ConsumerReportState,
     IdempotencyRecord,
     ModelTurn,
+    ReportedConsumerRow,
     Run,
     RunEvent,
     SchemaMigration,
@@ -32,9 +34,14 @@ def _v2_runs_api(db):
     db.create_tables([ApiToken, IdempotencyRecord, ModelTurn, ToolResult], safe=True)
 
 
+def _v3_consumer_report(db):
+    db.create_tables([ReportedConsumerRow, ConsumerReportState], safe=True)
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
+    (3, "the host's consumer report", _v3_consumer_report),
 ]
 
 

@@ -167,3 +167,25 @@ class ToolResult(BaseModel):
     class Meta:
         table_name = "tool_results"
         indexes = ((("run", "tool_call_id"), True),)
+
+
+class ReportedConsumerRow(BaseModel):
+    """One consumer the host reported as loaded (PUT /api/v1/consumers)."""
+
+    name = CharField(max_length=128, primary_key=True)
+    version = CharField(max_length=64)
+    understands = TextField(null=True)  # JSON list, for consumers no plugin declares
+    reported_at = DateTimeField()
+
+    class Meta:
+        table_name = "reported_consumers"
+
+
+class ConsumerReportState(BaseModel):
+    """One row once the host reported anything: until then the compatibility gate stays closed."""
+
+    id = IntegerField(primary_key=True)
+    reported_at = DateTimeField()
+
+    class Meta:
+        table_name = "consumer_report_state"

@@ -1,0 +1,59 @@
+"""The host's report of loaded consumers, kept in the database so every process gates alike."""
+
+import json
+
+from ..domain.clock import utcnow
+from .db import transactional
+from .models import ConsumerReportState, ReportedConsumerRow
+
+REPORT_STATE_ID = 1
+
+
+def _mark_reported(now) -> None:
+    updated = ConsumerReportState.update(reported_at=now).where(ConsumerReportState.id == REPORT_STATE_ID).execute()
+    if not updated:
+        ConsumerReportState.insert(id=REPORT_STATE_ID, reported_at=now).on_conflict_ignore().execute()
+
+
+def _insert(name: str, version: str, understands, now) -> None:
+    ReportedConsumerRow.insert(
+        name=name, version=version, reported_at=now,
+        understands=None if understands is None else json.dumps(sorted(understands)),
+    ).execute()
+
+
+@transactional
+def replace_report(consumers: list[dict]) -> None:
+    """The host's whole report: replaces the previous one (an empty list is a report too)."""
+    now = utcnow()
+    ReportedConsumerRow.delete().execute()
+    for consumer in consumers:
+        _insert(consumer["name"], consumer["version"], consumer.get("understands"), now)
+    _mark_reported(now)
+
+
+@transactional
+def put_consumer(name: str, version: str, understands) -> None:
+    now = utcnow()
+    ReportedConsumerRow.delete().where(ReportedConsumerRow.name == name).execute()
+    _insert(name, version, understands, now)
+    _mark_reported(now)
+
+
+@transactional
+def delete_consumer(name: str) -> bool:
+    deleted = ReportedConsumerRow.delete().where(ReportedConsumerRow.name == name).execute()
+    if deleted:
+        _mark_reported(utcnow())
+    return bool(deleted)
+
+
+def load_report():
+    """(reported_at or None, [{"name", "version", "understands"}]); reported_at None: never reported."""
+    state = ConsumerReportState.get_or_none(ConsumerReportState.id == REPORT_STATE_ID)
+    rows = [
+        {"name": r.name, "version": r.version,
+         "understands": None if r.understands is None else json.loads(r.understands)}
+        for r in ReportedConsumerRow.select().order_by(ReportedConsumerRow.name)
+    ]
+    return (state.reported_at if state else None), rows

@@ -1,0 +1,38 @@
+"""The last line of the compatibility gate: the store writes a status outside the base vocabulary only
+when the installed guard allows it for the run's origin, inside the transaction that writes it.
+
+The guard is installed by compat (compat.service.install_store_guard) at start-up. Without one, such a
+status is refused: a process that never set up the gate must not write what a consumer cannot read.
+"""
+
+from collections.abc import Callable
+
+from ..domain.errors import SidecarError
+from ..domain.vocabulary import BASE_STATUSES
+
+# (status, origin) -> None when writable, else the reason.
+Guard = Callable[[str, str | None], str | None]
+
+_guard: Guard | None = None
+
+
+class StatusNotWritable(SidecarError):
+    def __init__(self, status: str, reason: str):
+        super().__init__(f"{status} may not be written: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def install(guard: Guard | None) -> None:
+    global _guard
+    _guard = guard
+
+
+def check(status: str, origin: str | None) -> None:
+    if status in BASE_STATUSES:
+        return
+    if _guard is None:
+        raise StatusNotWritable(status, "no compatibility gate is installed in this process")
+    reason = _guard(status, origin)
+    if reason is not None:
+        raise StatusNotWritable(status, reason)
