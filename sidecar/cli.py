@@ -118,8 +118,9 @@ def reap(limit: int) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8780, show_default=True, type=int)
 @click.option("--no-worker", is_flag=True, help="Serve the API only; workers run elsewhere.")
+@click.option("--demo", is_flag=True, help="Also create a host token and a demo run, and print how to follow it.")
 @_with_worker_options
-def serve(host, port, no_worker, concurrency, poll_interval, executor, grace) -> None:
+def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, grace) -> None:
     """Serve the HTTP API (migrating the database first), with an embedded worker unless --no-worker."""
     from werkzeug.serving import make_server
 
@@ -130,6 +131,11 @@ def serve(host, port, no_worker, concurrency, poll_interval, executor, grace) ->
     app = create_app(settings, bind_database=False)
     server = make_server(host, port, app, threaded=True)
     embedded = None if no_worker else _make_worker(settings, concurrency, poll_interval, executor)
+    if demo:
+        from . import demo as demo_setup
+
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        click.echo(demo_setup.prepare(f"http://{shown}:{server.server_port}"))
 
     def stop():
         if embedded:
@@ -142,6 +148,11 @@ def serve(host, port, no_worker, concurrency, poll_interval, executor, grace) ->
     click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)
     server.serve_forever()
 
+
+from .commands import runs_group, token_group  # noqa: E402 - subcommand groups live in their own module
+
+main.add_command(token_group)
+main.add_command(runs_group)
 
 if __name__ == "__main__":
     main()
