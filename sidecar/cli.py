@@ -1,5 +1,6 @@
 """The command line, `nrllm-sidecar`: thin wrappers that parse, call the store or a service, print."""
 
+import faulthandler
 import importlib
 import logging
 import signal
@@ -28,7 +29,11 @@ def _load_executor(dotted: str):
 
 
 def _on_termination(stop) -> None:
-    """SIGTERM and SIGINT stop gracefully (once); a second signal is left to the default handler."""
+    """SIGTERM and SIGINT stop gracefully (once); a second signal is left to the default handler.
+
+    SIGUSR1 writes every thread's stack to standard error, for an operator looking at a stuck process.
+    """
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def handler(signum, _frame):
         signal.signal(signum, signal.SIG_DFL)

@@ -47,36 +47,43 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._loop_thread: threading.Thread | None = None
+        self._heartbeat_thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the loop and heartbeat threads and return (serve's embedded worker)."""
         wakeup.subscribe(self._wake)
-        for target, name in ((self._loop, "worker-loop"), (self._heartbeat, "worker-heartbeat")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._loop_thread = threading.Thread(target=self._loop, name="worker-loop", daemon=True)
+        self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True)
+        self._loop_thread.start()
+        self._heartbeat_thread.start()
         log.info("worker %s started with %d threads", self.id, self.concurrency)
 
     def run(self) -> None:
         """Start and block until stop() is called (the `worker` command)."""
         self.start()
-        self._stopped.wait()
+        # Wait with a timeout: a signal delivered to another thread runs its Python handler only when the
+        # main thread executes bytecode, which a wait without a timeout would never let it do.
+        while not self._stopped.wait(0.5):
+            pass
 
     def stop(self, grace: float) -> None:
         """Stop claiming; let segments in flight finish for `grace` seconds, then release the rest."""
         self._stopping.set()
         self._wake.set()
         try:
+            # The loop first: a claim it made just now must reach _active before we look there.
+            if self._loop_thread:
+                self._loop_thread.join()
             deadline = time.monotonic() + grace
             while self.active_count() and time.monotonic() < deadline:
                 time.sleep(0.05)
             self._release_remaining()
             self._pool.shutdown(wait=True, cancel_futures=True)
-            for thread in self._threads:
-                thread.join(timeout=5)
+            if self._heartbeat_thread:
+                self._heartbeat_thread.join(timeout=5)
             wakeup.unsubscribe(self._wake)
             workers.forget(self.id)
             log.info("worker %s stopped", self.id)

@@ -6,6 +6,7 @@ and signals them as an operator or a crash would.
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -24,6 +25,16 @@ def _claims_of(run_id: str) -> int:
         1 for e in RunEvent.select().where(RunEvent.run == run_id, RunEvent.kind == "status")
         if '"to": "running"' in e.payload
     )
+
+
+def exit_code(proc, log_path, timeout=30) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the worker dumps its threads' stacks into its log
+        time.sleep(1)
+        proc.kill()
+        raise AssertionError(f"the worker did not exit; its log:\n{log_path.read_text()}") from None
 
 
 def _status(run_id: str) -> str:
@@ -128,22 +139,22 @@ def test_the_heartbeat_keeps_a_step_longer_than_the_lease_alive(database_url, tm
 
 
 def test_sigterm_drains_a_segment_in_flight(database_url, tmp_path):
-    w = start_worker(database_url, *STEPS, lease=1.0)
+    w = start_worker(database_url, *STEPS, lease=1.0, log_path=tmp_path / "w.log")
     run_id = runs.create_run("owner", steps_input({"sleep": 1.5}, output="drained"))
     wait_until(lambda: _held_by_a_worker(run_id), what="the worker to claim the run")
     w.send_signal(signal.SIGTERM)
-    assert w.wait(30) == 0
+    assert exit_code(w, tmp_path / "w.log") == 0
     row = run_row(run_id)
     assert (row.status, row.output, row.requeue_count) == ("completed", "drained", 0)
 
 
 def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tmp_path):
-    w = start_worker(database_url, *STEPS, "--grace", "0.5", lease=5.0)
+    w = start_worker(database_url, *STEPS, "--grace", "0.5", lease=5.0, log_path=tmp_path / "w.log")
     run_id = runs.create_run("owner", steps_input({"sleep": 30}, output="never here"))
     wait_until(lambda: _held_by_a_worker(run_id), what="the worker to claim the run")
     started = time.monotonic()
     w.send_signal(signal.SIGTERM)
-    assert w.wait(20) == 0
+    assert exit_code(w, tmp_path / "w.log") == 0
     assert time.monotonic() - started < 10, "the worker waited for the step instead of releasing it"
     row = run_row(run_id)
     assert (row.status, row.lease_holder, row.requeue_count) == ("queued", None, 0)
