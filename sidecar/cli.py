@@ -9,15 +9,14 @@ import threading
 
 import click
 
+from . import bootstrap
+from .bootstrap import SchemaNotCurrent
 from .config import Settings
 from .domain.lease import LeasePolicy
+from .plugins import PluginLoadError
 from .store import db, leases, migrations
 
-
-def _bind() -> Settings:
-    settings = Settings.from_env()
-    db.bind(settings.database_url)
-    return settings
+_bind = bootstrap.from_env
 
 
 def _load_executor(dotted: str):
@@ -62,7 +61,7 @@ def db_group() -> None:
 @db_group.command("upgrade")
 def db_upgrade() -> None:
     """Apply pending migrations (idempotent; safe to run from several processes at once)."""
-    _bind()
+    db.bind(Settings.from_env().database_url)  # no plugins needed: a broken one must not block migrating
     applied = migrations.upgrade()
     click.echo(f"schema at version {migrations.current_version()}" + (f" (applied {applied})" if applied else ""))
 
@@ -103,8 +102,7 @@ def _with_worker_options(fn):
 @_with_worker_options
 def worker(concurrency: int, poll_interval: float, executor: str, grace: float) -> None:
     """Claim queued runs and execute them until SIGTERM; then finish or release what is held."""
-    settings = _bind()
-    migrations.upgrade()
+    settings = _bind(migrate=True)
     w = _make_worker(settings, concurrency, poll_interval, executor)
     _on_termination(lambda: w.stop(grace))
     w.run()
@@ -131,16 +129,10 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
 
     from .api import create_app
 
-    settings = _bind()
-    migrations.upgrade()
+    settings = _bind(migrate=True)
     app = create_app(settings, bind_database=False)
     server = make_server(host, port, app, threaded=True)
     embedded = None if no_worker else _make_worker(settings, concurrency, poll_interval, executor)
-    if demo:
-        from . import demo as demo_setup
-
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        click.echo(demo_setup.prepare(f"http://{shown}:{server.server_port}"))
 
     def stop():
         if embedded:
@@ -148,6 +140,11 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
         server.shutdown()
 
     _on_termination(stop)
+    if demo:
+        from . import demo as demo_setup
+
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        click.echo(demo_setup.prepare(f"http://{shown}:{server.server_port}"))
     if embedded:
         embedded.start()
     click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)
@@ -159,5 +156,55 @@ from .commands import runs_group, token_group  # noqa: E402 - subcommand groups 
 main.add_command(token_group)
 main.add_command(runs_group)
 
+@main.command()
+def plugins() -> None:
+    """List the loaded plugins and the hooks each implements."""
+    from .plugins import describe
+
+    _bind()
+    for row in describe():
+        kind = "core" if row["default"] else f"version {row['version']}" if row["version"] else "plugin"
+        click.echo(f"{row['name']}\t{kind}\t{', '.join(row['hooks'])}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (as GET /api/v1/compat).")
+def compat(as_json: bool) -> None:
+    """Show the compatibility gate; exit 1 while delegation is not offered."""
+    import json
+
+    from compat.service import report as gate_report
+
+    from .domain.clock import rfc3339
+
+    _bind()
+    report = gate_report()
+    report["reported_at"] = rfc3339(report["reported_at"])
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        delegation = report["delegation"]
+        click.echo(f"consumer report: {report['reported_at'] or 'none yet'}")
+        for status, state in report["statuses"].items():
+            blockers = ", ".join(f"{b['consumer']} {b['version']}" for b in state["blocked_by"])
+            click.echo(f"{status}: {'writable' if state['writable'] else 'not writable'}"
+                       + (f" (blocked by {blockers})" if blockers else ""))
+        click.echo(f"delegation: {'offered' if delegation['offered'] else 'not offered'}"
+                   + (f": {delegation['reason']}" if delegation["reason"] else ""))
+        if delegation["blocked_origins"]:
+            click.echo(f"not offered for origins: {', '.join(delegation['blocked_origins'])}")
+        click.echo(f"runs in a status a loaded consumer cannot read: {report['runs_in_unreadable_status']}")
+    sys.exit(0 if report["delegation"]["offered"] else 1)
+
+
+def run() -> None:
+    """The console script: a plugin that fails to load ends the command with its name, not a traceback."""
+    try:
+        main()
+    except (PluginLoadError, SchemaNotCurrent) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    main()
+    run()

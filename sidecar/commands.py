@@ -8,15 +8,11 @@ import json
 
 import click
 
-from .config import Settings
+from .bootstrap import from_env as _bind
 from .domain.clock import rfc3339
 from .domain.errors import InvalidState, NotFound
 from .domain.vocabulary import RunStatus
-from .store import db, runs, tokens
-
-
-def _bind() -> None:
-    db.bind(Settings.from_env().database_url)
+from .store import runs, tokens
 
 
 @click.group("token")

@@ -2,9 +2,12 @@
 
 from flask import Flask
 
+from .. import bootstrap
 from ..config import Settings
+from ..plugins import plugin_manager
 from ..store import db
 from . import auth, health, metrics, runs
+from . import compat as compat_views
 from .errors import SidecarApi
 
 SECURITY_SCHEME = "bearerToken"
@@ -12,8 +15,7 @@ SECURITY_SCHEME = "bearerToken"
 
 def create_app(settings: Settings | None = None, *, bind_database: bool = True) -> Flask:
     settings = settings or Settings.from_env()
-    if bind_database:
-        db.bind(settings.database_url)
+    bootstrap.start(settings, bind_database=bind_database)
     app = Flask("nrllm_sidecar")
     app.config.update(
         NRLLM_SETTINGS=settings,
@@ -35,6 +37,10 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     api.register_blueprint(health.blp)
     api.register_blueprint(runs.blp)
     api.register_blueprint(metrics.blp)
+    api.register_blueprint(compat_views.blp)
+    for blueprints in plugin_manager().hook.nrllm_register_routes():
+        for blueprint in blueprints or []:
+            api.register_blueprint(blueprint)
 
     @app.teardown_request
     def _return_connection(_exc):

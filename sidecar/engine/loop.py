@@ -11,6 +11,8 @@ the budget. Every write goes through the Segment, so a segment that lost its lea
 
 import logging
 
+from compat.service import delegation_refusal
+
 from ..config import Settings
 from ..domain.budget import Budget, Stop
 from ..domain.clock import utcnow
@@ -67,6 +69,7 @@ class _RunSegment:
         self.spec = segment.spec
         self.provider_name = self.spec.get("provider") or registry.default_provider
         self.offered = registry.offered(self.spec.get("tools"))
+        self.withheld = self._withhold_delegation()
         self.budget = _budget_of(segment.run)
         self.conversation = Conversation(segment.run.input)
         self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
@@ -105,6 +108,16 @@ class _RunSegment:
                 self._run_tool(call)
             self._boundary(asking_model=True)
             self._save(self._ask(provider))
+
+    def _withhold_delegation(self) -> dict[str, str]:
+        """Take delegation tools out of the offer while the gate refuses waiting_for_dependency; name -> why."""
+        delegating = [name for name, tool in self.offered.items() if tool.delegation]
+        reason = delegation_refusal(self.segment.run.origin) if delegating else None
+        if reason is None:
+            return {}
+        for name in delegating:
+            del self.offered[name]
+        return {name: reason for name in delegating}
 
     def _boundary(self, *, asking_model: bool) -> None:
         """Raise Interrupted when the run must stop before its next step."""
@@ -154,7 +167,9 @@ class _RunSegment:
         tool = self.offered.get(call.name)
         effect = tool.effect if tool is not None else None
         in_flight = False
-        if tool is None and call.name in self.registry.tools:
+        if call.name in self.withheld:
+            result = error_text(f"tool {call.name!r} is not offered to this run: {self.withheld[call.name]}")
+        elif tool is None and call.name in self.registry.tools:
             result = error_text(f"tool {call.name!r} is not offered to this run (offered: {self._offered_names()})")
         elif tool is None:
             result = error_text(f"unknown tool {call.name!r} (offered: {self._offered_names()})")

@@ -56,6 +56,9 @@ class Tool:
     effect: ClassVar[ToolEffect]
     description: ClassVar[str]
     parameters: ClassVar[dict]
+    # A delegation tool suspends its run in waiting_for_dependency: it is offered only while the
+    # compatibility gate lets that status be written for the run's origin.
+    delegation: ClassVar[bool] = False
 
     def run(self, arguments: dict, context: ToolContext) -> str:
         raise NotImplementedError

@@ -2,9 +2,32 @@
 transaction that inserts the event, under the same guard as the write the event describes."""
 
 import json
+import logging
+from collections.abc import Callable
 
 from ..domain.clock import utcnow
+from .db import database
 from .models import Run, RunEvent
+
+log = logging.getLogger("nrllm_sidecar.store")
+
+# Told of every status change once its transaction commits: (run_id, old status, new status).
+StatusListener = Callable[[str, str | None, str], None]
+_status_listener: StatusListener | None = None
+
+
+def on_status_change(listener: StatusListener | None) -> None:
+    """Install the one listener (the plugin layer's notification hook); None removes it."""
+    global _status_listener
+    _status_listener = listener
+
+
+def _notify(run_id: str, old: str | None, new: str) -> None:
+    try:
+        if _status_listener is not None:
+            _status_listener(run_id, old, new)
+    except Exception:  # a listener's failure must not fail the write that already committed
+        log.exception("status listener failed for run %s (%s -> %s)", run_id, old, new)
 
 
 def append(run_id: str, guard, kind: str, payload: dict) -> int | None:
@@ -24,6 +47,8 @@ def append(run_id: str, guard, kind: str, payload: dict) -> int | None:
     RunEvent.insert(
         run=run_id, sequence=sequence, kind=kind, at=utcnow(), payload=json.dumps(payload, sort_keys=True)
     ).execute()
+    if kind == "status":
+        database.after_commit(lambda: _notify(run_id, payload.get("from"), payload["to"]))
     return sequence
 
 

@@ -90,3 +90,7 @@ def current_version() -> int:
         return 0
     latest = SchemaMigration.select(SchemaMigration.version).order_by(SchemaMigration.version.desc()).first()
     return latest.version if latest else 0
+
+
+def latest_version() -> int:
+    return MIGRATIONS[-1][0]

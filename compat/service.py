@@ -1,0 +1,57 @@
+"""The gate as the rest of the sidecar sees it: declarations from the plugins, the report from the store."""
+
+from peewee import fn
+
+from sidecar.consumers import core_consumer_versions
+from sidecar.plugins import plugin_manager, results_by_plugin
+from sidecar.store import consumers as consumer_store
+from sidecar.store import status_guard
+from sidecar.store.models import Run
+
+from .gate import Declaration, Gate, ReportedConsumer
+
+
+def declarations() -> dict[str, Declaration]:
+    """Every consumer declared through the consumer hook, by name (a later plugin's declaration wins)."""
+    found = {}
+    for plugin_name, entries in results_by_plugin(plugin_manager().hook.nrllm_consumers):
+        for entry in entries or []:
+            found[entry["name"]] = Declaration.build(
+                entry["name"], entry["understands"], entry.get("origins", ()), declared_by=plugin_name
+            )
+    return found
+
+
+def current_gate() -> Gate:
+    reported_at, rows = consumer_store.load_report()
+    report = None
+    if reported_at is not None:
+        report = [
+            ReportedConsumer(r["name"], r["version"], None if r["understands"] is None else frozenset(r["understands"]))
+            for r in rows
+        ]
+        # The sidecar's own consumers are always loaded; the host does not report them.
+        reported_names = {r.name for r in report}
+        report += [ReportedConsumer(name, version) for name, version in core_consumer_versions().items()
+                   if name not in reported_names]
+    return Gate(declarations(), report, reported_at)
+
+
+def runs_in_unreadable_status(gate: Gate) -> int:
+    """Runs already in a status some loaded consumer cannot read: counted, never rewritten."""
+    groups = Run.select(Run.status, Run.origin, fn.COUNT(Run.id)).group_by(Run.status, Run.origin).tuples()
+    return sum(count for status, origin, count in groups if not gate.may_write(status, origin))
+
+
+def report() -> dict:
+    gate = current_gate()
+    return gate.report_dict(runs_in_unreadable_status=runs_in_unreadable_status(gate))
+
+
+def delegation_refusal(origin: str | None) -> str | None:
+    """Why delegation tools are not offered to a run with this origin; None when they are."""
+    return current_gate().refusal("waiting_for_dependency", origin)
+
+
+def install_store_guard() -> None:
+    status_guard.install(lambda status, origin: current_gate().refusal(status, origin))

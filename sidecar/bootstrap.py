@@ -1,0 +1,39 @@
+"""What every process does before it serves, works or answers a command: bind the database, check (or
+bring) its schema up to date, load the plugins (a broken one stops start-up here, named), install the
+compatibility gate in the store and the status notification hook. Idempotent, so tests and app
+factories may call it again."""
+
+from compat.service import install_store_guard
+
+from .config import Settings
+from .domain.errors import SidecarError
+from .plugins import plugin_manager
+from .store import db, events, migrations
+
+
+class SchemaNotCurrent(SidecarError):
+    pass
+
+
+def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False) -> None:
+    if bind_database:
+        db.bind(settings.database_url)
+    if migrate:
+        migrations.upgrade()
+    elif (version := migrations.current_version()) < migrations.latest_version():
+        raise SchemaNotCurrent(
+            f"the database schema is at version {version}, this sidecar needs {migrations.latest_version()}: "
+            "run `nrllm-sidecar db upgrade` first"
+        )
+    pm = plugin_manager()
+    install_store_guard()
+    events.on_status_change(
+        lambda run_id, old, new: pm.hook.nrllm_run_status_changed(run_id=run_id, old_status=old, new_status=new)
+    )
+
+
+def from_env(*, migrate: bool = False) -> Settings:
+    """Settings from the environment, then start(): what every command does first."""
+    settings = Settings.from_env()
+    start(settings, migrate=migrate)
+    return settings

@@ -1,0 +1,16 @@
+"""The core's tools and model providers, registered through the same hooks as any plugin's."""
+
+from ..hookspecs import hookimpl
+from .openai import OpenAIProvider
+from .providers import ScriptedProvider
+from .tools import builtin_tools
+
+
+@hookimpl
+def nrllm_tools(settings):
+    return builtin_tools()
+
+
+@hookimpl
+def nrllm_model_providers(settings):
+    return [ScriptedProvider(), OpenAIProvider.from_settings(settings)]

@@ -1,0 +1,43 @@
+"""Every hook a plugin can implement. A plugin is a module (or object) with functions named like these,
+marked with `@hookimpl`, and an entry point in the group `nrllm_sidecar`. docs/plugins.md shows each one
+with a working example.
+"""
+
+from pluggy import HookimplMarker, HookspecMarker
+
+hookspec = HookspecMarker("nrllm_sidecar")
+hookimpl = HookimplMarker("nrllm_sidecar")
+
+
+@hookspec
+def nrllm_consumers():
+    """Declare consumers of run statuses, as a list of dicts: {"name": str, "understands": {version
+    specifier: [status, ...]}, "origins": [origin, ...] (optional: the consumer reads only runs with these
+    origins)}. A status is written only when every loaded consumer understands it."""
+
+
+@hookspec
+def nrllm_tools(settings):
+    """Return a list of tools (sidecar.engine.tools.Tool instances) to offer to runs."""
+
+
+@hookspec
+def nrllm_model_providers(settings):
+    """Return a list of model providers (objects with a `name` and `next_turn(request)`)."""
+
+
+@hookspec(firstresult=True)
+def nrllm_permission_check(actor, workspace, action, run):
+    """May `actor` in `workspace` do `action` (such as "agent:approve" or "agent:input") on `run`?
+    Return True or False to decide, None to leave it to the next plugin; the first answer wins."""
+
+
+@hookspec
+def nrllm_run_status_changed(run_id, old_status, new_status):
+    """Called after a run's status change is committed. Must be quick and must not raise."""
+
+
+@hookspec
+def nrllm_register_routes():
+    """Return a list of flask-smorest Blueprints to add to the API; their routes need a token like every
+    other route."""

@@ -1,0 +1,24 @@
+"""Who may do what to a run, asked through the permission hook (the first plugin that answers decides).
+
+The core's default, registered like any plugin: a run's owner may decide its own run's pauses. Anything
+no plugin allows is refused.
+"""
+
+from .hookspecs import hookimpl
+from .plugins import plugin_manager
+
+DECIDE_ACTIONS = ("agent:approve", "agent:input")
+
+
+def may(actor: str | None, workspace: str, action: str, run) -> bool:
+    if not actor:
+        return False
+    answer = plugin_manager().hook.nrllm_permission_check(actor=actor, workspace=workspace, action=action, run=run)
+    return bool(answer)
+
+
+@hookimpl(trylast=True)
+def nrllm_permission_check(actor, workspace, action, run):
+    if action in DECIDE_ACTIONS and run is not None and run.owner == actor:
+        return True
+    return None

@@ -1,0 +1,82 @@
+"""The one plugin manager: the core's own features, then every entry point in the group `nrllm_sidecar`.
+
+The core registers its tools, providers and consumers through the same hooks a third-party plugin uses,
+so both take one path (bundled plugins under plugins/ are entry points like any other).
+"""
+
+import importlib
+from importlib.metadata import entry_points
+
+import pluggy
+
+from . import hookspecs
+
+ENTRY_POINT_GROUP = "nrllm_sidecar"
+
+# Modules of the core that implement hooks, registered before any entry point.
+DEFAULT_PLUGINS = (
+    "sidecar.engine.builtin",
+    "sidecar.consumers",
+    "sidecar.permissions",
+)
+
+
+class PluginLoadError(RuntimeError):
+    """A plugin could not be loaded; start-up stops with a message naming it."""
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if pm.get_plugin(ep.name) is not None:
+            continue
+        try:
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:
+            raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+
+
+def build_plugin_manager(extra_plugins=()) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+    pm.add_hookspecs(hookspecs)
+    for name in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(name), name=name)
+    _load_entry_points(pm)
+    for plugin in extra_plugins:
+        pm.register(plugin)
+    pm.check_pending()  # a hookimpl named like no hook is a plugin bug: say so at start-up
+    return pm
+
+
+def results_by_plugin(hook, **kwargs):
+    """Call each implementation of `hook` like pluggy would (only the arguments it takes), and yield
+    (plugin name, result): callers that must say which plugin gave what use this instead of hook()."""
+    for impl in hook.get_hookimpls():  # registration order: the core first
+        yield impl.plugin_name, impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+_pm: pluggy.PluginManager | None = None
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """The process's plugin manager, built on first use (never at import)."""
+    global _pm
+    if _pm is None:
+        _pm = build_plugin_manager()
+    return _pm
+
+
+def describe() -> list[dict]:
+    """What is loaded and which hooks each plugin implements (for `nrllm-sidecar plugins`)."""
+    pm = plugin_manager()
+    rows = []
+    for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
+        hooks = sorted(impl.name for impl in pm.get_hookcallers(plugin) or [])
+        dist = next((d for p, d in pm.list_plugin_distinfo() if p is plugin), None)
+        rows.append({
+            "name": name,
+            "hooks": hooks,
+            "version": dist.version if dist else None,
+            "default": name in DEFAULT_PLUGINS,
+        })
+    return rows
