@@ -4,6 +4,7 @@ from flask import Flask
 
 from .. import bootstrap
 from ..config import Settings
+from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
 from . import auth, health, metrics, runs
@@ -32,6 +33,8 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     )
     # Before any view, and for routes that do not exist too: 401 unless the view is public.
     app.before_request(auth.authenticate)
+    # The tools and providers runs may name, checked when a run is created.
+    app.extensions["nrllm_registry"] = build_registry(settings)
     api = SidecarApi(app)
     _document_common_parts(api)
     api.register_blueprint(health.blp)

@@ -63,6 +63,7 @@ class Runs(MethodView):
     def post(self, body):
         """Create a run (host). The owner is the acting actor."""
         who = principal()
+        check_names(body)
         key = request.headers.get(IDEMPOTENCY_KEY)
         if key is None:
             return _json(_create(who, body), 201)
@@ -97,6 +98,21 @@ class Runs(MethodView):
             limit=query["limit"], after=after,
         )
         return {"items": [run_document(r) for r in rows], "next_cursor": encode_cursor(next_key)}
+
+
+def check_names(body: dict) -> None:
+    """A provider or a tool this sidecar does not have is the host's mistake: 422 now, not a failed run later."""
+    registry = current_app.extensions["nrllm_registry"]
+    errors = {}
+    provider = body.get("provider")
+    if provider is not None and provider not in registry.providers:
+        errors["provider"] = [f"unknown provider {provider!r}; known: {', '.join(sorted(registry.providers))}"]
+    unknown = [name for name in body.get("tools") or [] if name not in registry.tools]
+    if unknown:
+        errors["tools"] = [f"unknown tools {unknown}; known: {', '.join(sorted(registry.tools))}"]
+    if errors:
+        raise ApiError(422, "validation_failed", "the run names a provider or tools this sidecar does not have",
+                       errors)
 
 
 def _create(who: Principal, body: dict, wake: bool = True) -> dict:
