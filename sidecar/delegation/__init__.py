@@ -1,0 +1,1 @@
+"""Delegation to remote A2A agents: the client, the journal-backed delegation tool, the coordinator."""
