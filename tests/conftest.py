@@ -15,8 +15,11 @@ from sidecar.store import migrations
 from sidecar.store.models import (
     ApiToken,
     ConsumerReportState,
+    DependencyWait,
     IdempotencyRecord,
     ModelTurn,
+    Outbound,
+    RemoteAgent,
     ReportedConsumerRow,
     Run,
     RunEvent,
@@ -120,8 +123,8 @@ def server_databases():
 
 
 def _empty_tables() -> None:
-    for model in (ToolResult, ModelTurn, RunEvent, Run, WorkerHeartbeat, IdempotencyRecord, ApiToken,
-                  ReportedConsumerRow, ConsumerReportState):
+    for model in (DependencyWait, Outbound, RemoteAgent, ToolResult, ModelTurn, RunEvent, Run, WorkerHeartbeat,
+                  IdempotencyRecord, ApiToken, ReportedConsumerRow, ConsumerReportState):
         model.delete().execute()
 
 

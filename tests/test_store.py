@@ -239,3 +239,21 @@ def test_the_store_refuses_a_gated_status_and_writes_nothing(database_url, store
     store_guard(lambda status, origin: None)
     leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     assert run_row(run_id).status == "waiting_for_dependency"
+
+
+def test_a_database_from_before_migration_4_gains_its_columns(database_url):
+    """Simulate a database created at version 3: the run columns of version 4 are missing."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    from sidecar.store.db import database
+    from sidecar.store.models import SchemaMigration
+
+    migrator = SchemaMigrator.from_database(database.obj)
+    migrate(migrator.drop_column("runs", "pause_generation"), migrator.drop_column("runs", "waiting_on"))
+    SchemaMigration.delete().where(SchemaMigration.version >= 4).execute()
+    assert {"pause_generation", "waiting_on"}.isdisjoint(c.name for c in database.get_columns("runs"))
+
+    assert 4 in migrations.upgrade()
+    assert {"pause_generation", "waiting_on"} <= {c.name for c in database.get_columns("runs")}
+    run_id = runs.create_run("owner", "x")
+    assert (run_row(run_id).pause_generation, run_row(run_id).waiting_on) == (0, None)

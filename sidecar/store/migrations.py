@@ -1,19 +1,25 @@
 """Versioned migrations, applied under a database-wide lock so two processes starting at once do not race.
 
 Each migration runs once and is recorded in schema_migrations; `upgrade()` is idempotent. A released
-migration is never edited: a later schema change is a new entry at the end of MIGRATIONS (written with
-playhouse.migrate), so a database created at any version reaches the same schema.
+migration is never edited: a later schema change is a new entry at the end of MIGRATIONS, so a database
+created at any version reaches the same schema. Tables are created from the current models; a column
+added to an existing table later is added by its own migration only where it is missing.
 """
 
 import contextlib
+
+from playhouse.migrate import SchemaMigrator, migrate
 
 from ..domain.clock import utcnow
 from .db import database, dialect
 from .models import (
     ApiToken,
     ConsumerReportState,
+    DependencyWait,
     IdempotencyRecord,
     ModelTurn,
+    Outbound,
+    RemoteAgent,
     ReportedConsumerRow,
     Run,
     RunEvent,
@@ -38,10 +44,30 @@ def _v3_consumer_report(db):
     db.create_tables([ReportedConsumerRow, ConsumerReportState], safe=True)
 
 
+def _add_missing_columns(db, model, *fields) -> None:
+    """Add columns a model gained after its table was first created.
+
+    Earlier migrations create tables from the current models, so on a new database the columns already
+    exist; on an older one they are added here.
+    """
+    table = model._meta.table_name
+    present = {column.name for column in db.get_columns(table)}
+    missing = [field for field in fields if field.column_name not in present]
+    if missing:
+        migrator = SchemaMigrator.from_database(db)
+        migrate(*(migrator.add_column(table, field.column_name, field) for field in missing))
+
+
+def _v4_delegation(db):
+    _add_missing_columns(db, Run, Run.pause_generation, Run.waiting_on)
+    db.create_tables([RemoteAgent, Outbound, DependencyWait], safe=True)
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
     (3, "the host's consumer report", _v3_consumer_report),
+    (4, "remote agents, the outbound journal, dependency waits", _v4_delegation),
 ]
 
 

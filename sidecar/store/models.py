@@ -54,6 +54,10 @@ class Run(BaseModel):
     max_iterations = IntegerField(null=True)
     iterations_used = IntegerField(default=0)
 
+    # Pauses of any kind so far (the generation of the current one), and the pause the run waits on.
+    pause_generation = IntegerField(default=0)
+    waiting_on = CharField(max_length=36, null=True)
+
     # The sequence of the run's last event; bumped in the transaction that inserts the next one.
     last_event_sequence = IntegerField(default=0)
     created_at = DateTimeField()
@@ -189,3 +193,75 @@ class ConsumerReportState(BaseModel):
 
     class Meta:
         table_name = "consumer_report_state"
+
+
+class RemoteAgent(BaseModel):
+    """A remote A2A agent an operator registered. The auth value is a secret: stored sealed, never returned."""
+
+    name = CharField(max_length=64, primary_key=True)
+    url = TextField()
+    poll_interval_seconds = DoubleField()
+    deadline_seconds = DoubleField()
+    push = IntegerField(default=0)  # 0/1: register push configs when the card supports them
+    auth_header = CharField(max_length=128, null=True)
+    auth_value_sealed = TextField(null=True)
+    # From the agent card, read on first use and refreshed when it fails: JSON of AgentEndpoint fields.
+    endpoint = TextField(null=True)
+    created_at = DateTimeField()
+    updated_at = DateTimeField()
+
+    class Meta:
+        table_name = "remote_agents"
+
+
+class Outbound(BaseModel):
+    """The outbound journal: a row is committed before its request leaves (architecture.md)."""
+
+    id = CharField(max_length=36, primary_key=True)
+    kind = CharField(max_length=16)  # send | cancel
+    owner = CharField(max_length=255)
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    remote_agent = CharField(max_length=64)
+    message_id = CharField(max_length=128, unique=True)
+    tool_call_id = CharField(max_length=128, null=True)
+    context_id = CharField(max_length=128, null=True)
+    request_body = TextField()
+    request_sha256 = CharField(max_length=64)
+    outcome = CharField(max_length=32, index=True)
+    remote_task_id = CharField(max_length=255, null=True)
+    error = TextField(null=True)
+    resend_of = CharField(max_length=36, null=True)
+    resend_count = IntegerField(default=0)
+    created_at = DateTimeField()
+    sent_at = DateTimeField(null=True)
+
+    class Meta:
+        table_name = "outbound"
+
+
+class DependencyWait(BaseModel):
+    """A run's wait for a remote task: the sealed checkpoint and the coordinator's polling state.
+
+    Resolved exactly once: resolution is a guarded UPDATE on resolved_at IS NULL, in the transaction that
+    stores the tool result and queues the run.
+    """
+
+    id = CharField(max_length=36, primary_key=True)  # the pause id
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    generation = IntegerField()
+    tool_call_id = CharField(max_length=128)
+    remote_agent = CharField(max_length=64)
+    outbound_id = CharField(max_length=36)
+    checkpoint = TextField()  # sealed
+    key_fingerprint = CharField(max_length=32)
+    since = DateTimeField()
+    deadline_at = DateTimeField()  # the delegation's own deadline
+    next_poll_at = DateTimeField(null=True)  # null: nothing to poll (outcome unknown)
+    push_token_sha256 = CharField(max_length=64, null=True)
+    unsealable = IntegerField(default=0)  # 1 while its key is not configured (health reports it)
+    resolved_at = DateTimeField(null=True)
+    resolution = CharField(max_length=32, null=True)  # result | timeout | cancelled | checkpoint_invalid
+
+    class Meta:
+        table_name = "dependency_waits"
+        indexes = ((("resolved_at", "next_poll_at"), False),)
