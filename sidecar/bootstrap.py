@@ -5,6 +5,7 @@ factories may call it again."""
 
 from compat.service import install_store_guard
 
+from . import keys
 from .config import Settings
 from .domain.errors import SidecarError
 from .plugins import plugin_manager
@@ -16,6 +17,7 @@ class SchemaNotCurrent(SidecarError):
 
 
 def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False) -> None:
+    keys.configure(settings)  # first: a configuration error stops start-up before anything is touched
     if bind_database:
         db.bind(settings.database_url)
     if migrate:

@@ -13,6 +13,7 @@ from . import bootstrap
 from .bootstrap import SchemaNotCurrent
 from .config import Settings
 from .domain.lease import LeasePolicy
+from .keys import SecretKeysError
 from .plugins import PluginLoadError
 from .store import db, leases, migrations
 
@@ -201,7 +202,7 @@ def run() -> None:
     """The console script: a plugin that fails to load ends the command with its name, not a traceback."""
     try:
         main()
-    except (PluginLoadError, SchemaNotCurrent) as exc:
+    except (PluginLoadError, SchemaNotCurrent, SecretKeysError) as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
 

@@ -4,6 +4,8 @@ from sidecar.store.models import ApiToken, IdempotencyRecord, Run, RunEvent
 
 ACTOR = "be_user:7"
 OTHER_ACTOR = "be_user:8"
+# The sealing key of every test, in this process (api_support's settings) and in the processes tests start.
+TEST_SECRET_KEY = "aDx54tm13xXSGYKe2DcA7pPT1AsbB-JDwZ3t8ThQlFc="
 
 
 def as_host(token: str, actor: str | None = ACTOR, **extra) -> dict:

@@ -12,11 +12,13 @@ from sidecar.domain.lease import LeasePolicy
 from sidecar.store import tokens
 from sidecar.testing import StepExecutor
 from sidecar.worker import Worker
+from tests.api_helpers import TEST_SECRET_KEY
 
 
 @pytest.fixture
 def settings(database_url, tmp_path):
-    return Settings(instance_path=tmp_path, database_url=database_url, lease_seconds=5.0)
+    return Settings(instance_path=tmp_path, database_url=database_url, lease_seconds=5.0,
+                    secret_keys=(TEST_SECRET_KEY,))
 
 
 @pytest.fixture

@@ -26,10 +26,13 @@ from sidecar.store.models import (
     ToolResult,
     WorkerHeartbeat,
 )
+from tests.api_helpers import TEST_SECRET_KEY
 
 PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_ADMIN = os.environ.get("NRLLM_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# PostgreSQL and MariaDB need sealing keys; processes the tests start inherit this one.
+os.environ["NRLLM_SECRET_KEYS"] = TEST_SECRET_KEY
 DIALECTS = ["sqlite", "postgresql", "mysql"]
 
 

@@ -6,8 +6,9 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, fields
 from peewee import PeeweeException
 
+from .. import keys
 from ..domain.lease import LeasePolicy
-from ..store import runs, workers
+from ..store import runs, sealed, workers
 from ..store.db import database
 from .auth import public
 
@@ -33,14 +34,16 @@ class Health(MethodView):
             database.execute_sql("SELECT 1")
             alive = workers.alive_count(LeasePolicy(settings.lease_seconds).worker_alive_window)
             oldest = runs.oldest_queued_seconds()
+            # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
+            unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
         except PeeweeException:
             return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
                     "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0}, 503
-        degraded = alive == 0
+        degraded = alive == 0 or unsealable > 0
         return {
             "status": "degraded" if degraded else "ok",
             "database": "ok",
             "workers_alive": alive,
             "oldest_queued_seconds": round(oldest, 3),
-            "unsealable_checkpoints": 0,
+            "unsealable_checkpoints": unsealable,
         }
