@@ -29,6 +29,9 @@ class TaskView:
     state: str  # one of ALL_STATES
     text: str  # artifacts' text parts in order joined by "\n"; if none, the status message's text
     status_text: str  # the status message's text ("" when none)
+    # The messageIds of the caller's messages in the task's history (when the peer keeps history): how
+    # reconciliation tells the task a lost send created from others in the same context.
+    message_ids: tuple[str, ...] = ()
 
     @property
     def finished(self) -> bool:

@@ -1,0 +1,451 @@
+"""The A2A client: reads agent cards and speaks JSON-RPC (1.0, or the 0.3 dialect) over `requests`.
+
+Every connection is guarded (address_guard, before connecting and again on the connected socket),
+redirects are not followed, each call has a timeout and a limit on the answer's size, and environment
+proxies are ignored (the guard must see the address it really talks to).
+
+What a failed send means is the point of this module: a send is `not_delivered` only when no byte of
+the request was handed to a socket (the guard refused, the name did not resolve, the connection was
+refused or timed out). The connection class records the moment the request starts to be written, so
+this is known, not guessed from exception types. Every failure after that moment is `outcome_unknown`:
+the peer may have created the task, and only reconciliation (ListTasks by contextId) can tell.
+"""
+
+import contextvars
+import ipaddress
+import json
+import time
+from dataclasses import dataclass
+from urllib.parse import urljoin
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NewConnectionError, ProtocolError
+
+from sidecar.delegation.address_guard import AddressRefused, AllowList, check_addresses, check_url
+from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+CARD_PATH = "/.well-known/agent-card.json"
+INTERNAL_ERROR = -32603
+_METHODS = {
+    "1.0": {"send": "SendMessage", "get": "GetTask", "cancel": "CancelTask", "list": "ListTasks"},
+    "0.3": {"send": "message/send", "get": "tasks/get", "cancel": "tasks/cancel"},
+}
+_DIALECT_OF_SEND = {"SendMessage": "1.0", "message/send": "0.3"}
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    """Where the remote agent should post notifications about the task, and the token it must show."""
+
+    url: str
+    token: str
+
+
+# --- guarded transport -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    allow: AllowList
+    sent: bool = False  # set just before the first byte of the request is written to the socket
+
+
+_CALL: contextvars.ContextVar[_Call] = contextvars.ContextVar("a2a_call")
+
+
+class _GuardedConnection:
+    def _new_conn(self):
+        sock = super()._new_conn()
+        # The name was checked before connecting; this checks the address the socket really reached.
+        peer = ipaddress.ip_address(sock.getpeername()[0].split("%")[0])
+        try:
+            check_addresses(self.host, [peer], _CALL.get().allow)
+        except AddressRefused:
+            sock.close()
+            raise
+        return sock
+
+    def send(self, data):
+        # http.client connects lazily inside its first send; connecting writes nothing of the request.
+        if self.sock is None:
+            self.connect()
+        _CALL.get().sent = True
+        return super().send(data)
+
+
+class _GuardedHTTPConnection(_GuardedConnection, HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedConnection, HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+
+
+class _Failed(Exception):
+    """A call that got no usable answer; `sent` says whether any of the request may have left."""
+
+    def __init__(self, message: str, sent: bool):
+        super().__init__(message)
+        self.sent = sent
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    data: bytes
+
+
+def _exchange(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
+              max_bytes: int) -> _Answer:
+    """One HTTP exchange on a fresh connection (a reused one could have been closed by the peer, which
+    would turn a request that never arrived into an unknown outcome). Connecting, waiting for the answer
+    to begin, and reading all of it each get `timeout`: against a peer that trickles its answer a call
+    ends within about three timeouts. AddressRefused (always raised before anything is sent) passes
+    through; every other failure is a _Failed."""
+    call = _Call(allow)
+    token = _CALL.set(call)
+    try:
+        check_url(url, allow)
+        with requests.Session() as session:
+            session.trust_env = False
+            adapter = _GuardedAdapter(max_retries=0)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            with session.request(method, url, data=body, headers=headers, timeout=(timeout, timeout),
+                                 allow_redirects=False, stream=True) as response:
+                deadline = time.monotonic() + timeout
+                if int(response.headers.get("Content-Length") or 0) > max_bytes:
+                    raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
+                data = bytearray()
+                for chunk in response.iter_content(64 * 1024):
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
+                    if time.monotonic() > deadline:
+                        raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
+                return _Answer(response.status_code, bytes(data))
+    except (requests.RequestException, OSError, ValueError) as exc:
+        raise _Failed(_describe(exc, timeout), sent=call.sent) from None
+    finally:
+        _CALL.reset(token)
+
+
+def _describe(exc: Exception, timeout: float) -> str:
+    if isinstance(exc, requests.ConnectTimeout):
+        return f"connecting timed out after {timeout:g}s"
+    if isinstance(exc, requests.ReadTimeout):
+        return f"no answer within {timeout:g}s"
+    reason = exc.args[0] if exc.args else exc
+    reason = getattr(reason, "reason", reason)  # urllib3 wraps the cause in a MaxRetryError
+    if isinstance(reason, NewConnectionError):
+        # "<connection object>: Failed to establish a new connection: [Errno 111] Connection refused"
+        return str(reason).split(": ", 1)[-1]
+    if isinstance(reason, ProtocolError) and len(reason.args) > 1:
+        return f"the connection broke: {reason.args[1]}"
+    return f"{type(exc).__name__}: {reason}"
+
+
+# --- JSON-RPC answers --------------------------------------------------------------------------------
+
+
+class _Malformed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Reply:
+    result: object = None
+    error_code: int | None = None
+    error_message: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.error_message is not None
+
+
+def _reply(answer: _Answer, request_id: str) -> _Reply:
+    """The JSON-RPC reply in an answer, or _Malformed. An error reply counts whatever the HTTP status
+    (peers differ), a result only with 2xx and our id."""
+    if 300 <= answer.status < 400:
+        raise _Malformed(f"HTTP {answer.status}: redirects are not followed")
+    try:
+        doc = json.loads(answer.data)
+    except ValueError:
+        raise _Malformed(f"HTTP {answer.status}: the answer is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
+        raise _Malformed(f"HTTP {answer.status}: the answer is not a JSON-RPC reply")
+    error = doc.get("error")
+    if isinstance(error, dict) and isinstance(error.get("code"), int) and doc.get("id") in (request_id, None):
+        return _Reply(error_code=error["code"], error_message=str(error.get("message") or "error"))
+    if "result" in doc and 200 <= answer.status < 300 and doc.get("id") == request_id:
+        return _Reply(result=doc["result"])
+    raise _Malformed(f"HTTP {answer.status}: the answer is not a JSON-RPC reply to this request")
+
+
+# --- task views --------------------------------------------------------------------------------------
+
+
+def _texts(parts) -> list[str]:
+    return [p["text"] for p in parts or () if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
+def normalise_state(raw) -> str:
+    """TASK_STATE_INPUT_REQUIRED (1.0) and input-required (0.3) are both "input-required"."""
+    state = str(raw or "").lower().removeprefix("task_state_").replace("_", "-")
+    state = {"cancelled": "canceled", "unspecified": "unknown"}.get(state, state)
+    return state if state in {"submitted", "working", "completed", "failed", "canceled", "rejected",
+                              "input-required", "auth-required"} else "unknown"
+
+
+def task_view(task) -> TaskView:
+    """A task in either dialect as a TaskView; ValueError when it is not a task."""
+    if not isinstance(task, dict) or not isinstance(task.get("id"), str) or not isinstance(task.get("status"), dict):
+        raise ValueError("not an A2A task")
+    status = task["status"]
+    status_text = "\n".join(_texts((status.get("message") or {}).get("parts")))
+    artifacts = [t for a in task.get("artifacts") or () if isinstance(a, dict) for t in _texts(a.get("parts"))]
+    sent = [m.get("messageId") for m in task.get("history") or ()
+            if isinstance(m, dict) and m.get("role") in ("ROLE_USER", "user") and isinstance(m.get("messageId"), str)]
+    return TaskView(
+        id=task["id"], context_id=task.get("contextId"), state=normalise_state(status.get("state")),
+        text="\n".join(artifacts) if artifacts else status_text, status_text=status_text, message_ids=tuple(sent),
+    )
+
+
+def _send_result(result, size: int) -> SendResult:
+    """SendMessage answers {"task": ...} or {"message": ...}; message/send (0.3) answers the object itself."""
+    if isinstance(result, dict):
+        if "task" in result or "message" in result:
+            task, message = result.get("task"), result.get("message")
+        else:
+            is_task = result.get("kind") == "task" or "status" in result
+            task, message = (result, None) if is_task else (None, result)
+        if task is not None:
+            return SendResult("accepted", task=task_view(task), bytes_received=size)
+        if isinstance(message, dict) and isinstance(message.get("parts"), list):
+            return SendResult("accepted", message_text="\n".join(_texts(message["parts"])), bytes_received=size)
+    raise ValueError("the result is neither a task nor a message")
+
+
+# --- the agent card ----------------------------------------------------------------------------------
+
+
+def _version(raw) -> str | None:
+    """The dialect a protocolVersion speaks: 1.x is "1.0", 0.x is "0.3" (0.2 peers use the same methods)."""
+    major = str(raw or "0.3").strip().split(".")[0]
+    return {"1": "1.0", "0": "0.3"}.get(major)
+
+
+def _pick_interface(card: dict, card_url: str) -> tuple[str, str]:
+    """The JSON-RPC endpoint and its dialect: the 1.0 one when a card offers both."""
+    offers: list[tuple[str, str]] = []
+    interfaces = card.get("supportedInterfaces")
+    if isinstance(interfaces, list) and interfaces:
+        # A 1.x card. An sdk card also carries the 0.3 fields (url, preferredTransport) for old clients;
+        # supportedInterfaces is the complete list, so the 0.3 fields are ignored. A missing version is
+        # 0.3, as the a2a-sdk reads it.
+        for i in interfaces:
+            if isinstance(i, dict) and i.get("protocolBinding") == "JSONRPC" and isinstance(i.get("url"), str):
+                offers.append((i["url"], _version(i.get("protocolVersion"))))
+    else:
+        # A 0.3 card: `url` speaks preferredTransport (JSON-RPC by default), additionalInterfaces others.
+        version = _version(card.get("protocolVersion"))
+        if (card.get("preferredTransport") or "JSONRPC") == "JSONRPC" and isinstance(card.get("url"), str):
+            offers.append((card["url"], version))
+        for i in card.get("additionalInterfaces") or ():
+            if isinstance(i, dict) and i.get("transport") == "JSONRPC" and isinstance(i.get("url"), str):
+                offers.append((i["url"], version))
+    for wanted in ("1.0", "0.3"):
+        for url, version in offers:
+            if version == wanted:
+                return urljoin(card_url, url), version
+    raise RemoteError(f"the agent card at {card_url} offers no JSON-RPC interface of protocol 1.x or 0.3")
+
+
+def read_card(base_url: str, *, allow=None, timeout: float = 10.0, max_bytes: int = DEFAULT_MAX_BYTES,
+              auth_header: str | None = None, auth_value: str | None = None) -> AgentEndpoint:
+    """Read `<base_url>/.well-known/agent-card.json` and pick the endpoint to call. Without a card (404),
+    the base URL itself is taken as a 1.0 JSON-RPC endpoint. Raises AddressRefused when the base URL or
+    the card's endpoint is refused by the guard, RemoteError for any other failure."""
+    allow = AllowList.of(allow)
+    card_url = base_url.rstrip("/") + CARD_PATH
+    headers = {"Accept": "application/json"}
+    if auth_header and auth_value:
+        headers[auth_header] = auth_value
+    check_url(base_url, allow)
+    try:
+        answer = _exchange("GET", card_url, body=None, headers=headers, allow=allow, timeout=timeout,
+                           max_bytes=max_bytes)
+    except _Failed as exc:
+        raise RemoteError(f"cannot read the agent card at {card_url}: {exc}") from None
+    if answer.status in (404, 410):
+        rpc_url, version, push = base_url, "1.0", False
+    elif answer.status != 200:
+        raise RemoteError(f"cannot read the agent card at {card_url}: HTTP {answer.status}")
+    else:
+        try:
+            card = json.loads(answer.data)
+        except ValueError:
+            card = None
+        if not isinstance(card, dict):
+            raise RemoteError(f"the agent card at {card_url} is not a JSON object")
+        rpc_url, version = _pick_interface(card, card_url)
+        push = (card.get("capabilities") or {}).get("pushNotifications") is True
+    check_url(rpc_url, allow)
+    return AgentEndpoint(rpc_url=rpc_url, protocol_version=version, push_supported=push,
+                         auth_header=auth_header, auth_value=auth_value)
+
+
+# --- the client --------------------------------------------------------------------------------------
+
+
+def _body(request_id: str, method: str, params: dict) -> str:
+    # Deterministic: the journal stores and hashes this exact text before it is sent.
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+                      sort_keys=True, separators=(",", ":"))
+
+
+class A2AClient:
+    """Calls one remote agent. `timeout` (seconds) bounds each call and must be shorter than the lease;
+    every network method also takes its own. Never logs the auth header."""
+
+    def __init__(self, endpoint: AgentEndpoint, *, allow=None, timeout: float = 10.0,
+                 max_bytes: int = DEFAULT_MAX_BYTES):
+        if endpoint.protocol_version not in _METHODS:
+            raise ValueError(f"unsupported A2A protocol version {endpoint.protocol_version!r}")
+        self.endpoint = endpoint
+        self.allow = AllowList.of(allow)
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+
+    @property
+    def dialect(self) -> str:
+        return self.endpoint.protocol_version
+
+    # Request bodies ----------------------------------------------------------------------------------
+
+    def build_send(self, message_id: str, context_id: str, text: str, task_id: str | None = None,
+                   push: PushTarget | None = None) -> str:
+        """The exact body of a non-blocking send; its JSON-RPC id is the message id."""
+        if self.dialect == "1.0":
+            message = {"role": "ROLE_USER", "parts": [{"text": text}]}
+            config: dict = {"returnImmediately": True}
+            if push:
+                config["taskPushNotificationConfig"] = {
+                    "url": push.url, "token": push.token,
+                    "authentication": {"scheme": "Bearer", "credentials": push.token}}
+        else:
+            message = {"kind": "message", "role": "user", "parts": [{"kind": "text", "text": text}]}
+            config = {"blocking": False}
+            if push:
+                config["pushNotificationConfig"] = {
+                    "url": push.url, "token": push.token,
+                    "authentication": {"schemes": ["Bearer"], "credentials": push.token}}
+        message.update(messageId=message_id, contextId=context_id)
+        if task_id:
+            message["taskId"] = task_id
+        return _body(message_id, _METHODS[self.dialect]["send"], {"message": message, "configuration": config})
+
+    def build_cancel(self, task_id: str) -> str:
+        return _body(f"cancel-{task_id}", _METHODS[self.dialect]["cancel"], {"id": task_id})
+
+    # Calls -------------------------------------------------------------------------------------------
+
+    def _post(self, body_text: str, dialect: str, timeout: float | None) -> _Answer:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if dialect == "1.0":
+            headers["A2A-Version"] = "1.0"  # without it a 1.0 server takes the request for 0.3
+        if self.endpoint.auth_header and self.endpoint.auth_value:
+            headers[self.endpoint.auth_header] = self.endpoint.auth_value
+        return _exchange("POST", self.endpoint.rpc_url, body=body_text.encode("utf-8"), headers=headers,
+                         allow=self.allow, timeout=timeout or self.timeout, max_bytes=self.max_bytes)
+
+    def send(self, body_text: str, timeout: float | None = None) -> SendResult:
+        """Post exactly this send body (from build_send, or as the journal stored it)."""
+        request = json.loads(body_text)
+        dialect = _DIALECT_OF_SEND.get(request.get("method"))
+        if dialect is None:
+            raise ValueError(f"not a send request: {request.get('method')!r}")
+        try:
+            answer = self._post(body_text, dialect, timeout)
+        except AddressRefused as exc:
+            return SendResult("not_delivered", error=str(exc))
+        except _Failed as exc:
+            return SendResult("outcome_unknown" if exc.sent else "not_delivered", error=str(exc))
+        size = len(answer.data)
+        try:
+            reply = _reply(answer, request["id"])
+        except _Malformed as exc:
+            if 400 <= answer.status < 500:
+                # The peer refused the request itself (authentication, a wrong URL, rate limits).
+                error = f"HTTP {answer.status} without a JSON-RPC answer"
+                return SendResult("rejected", error=error, bytes_received=size)
+            return SendResult("outcome_unknown", error=str(exc), bytes_received=size)
+        if reply.is_error:
+            # An internal error may strike after the task was created: not a proof of a refusal.
+            outcome = "outcome_unknown" if reply.error_code == INTERNAL_ERROR else "rejected"
+            return SendResult(outcome, error=reply.error_message, error_code=reply.error_code, bytes_received=size)
+        try:
+            return _send_result(reply.result, size)
+        except ValueError as exc:
+            return SendResult("outcome_unknown", error=f"unreadable answer: {exc}", bytes_received=size)
+
+    def _call(self, body_text: str, timeout: float | None):
+        request_id = json.loads(body_text)["id"]
+        try:
+            reply = _reply(self._post(body_text, self.dialect, timeout), request_id)
+        except (_Failed, _Malformed) as exc:
+            raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: {exc}") from None
+        if reply.is_error:
+            raise RemoteError(reply.error_message, reply.error_code)
+        return reply.result
+
+    def _task(self, body_text: str, timeout: float | None) -> TaskView:
+        result = self._call(body_text, timeout)
+        try:
+            return task_view(result)
+        except ValueError:
+            raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task") from None
+
+    def get_task(self, task_id: str, timeout: float | None = None) -> TaskView:
+        return self._task(_body(f"get-{task_id}", _METHODS[self.dialect]["get"], {"id": task_id}), timeout)
+
+    def cancel_task(self, task_id: str, timeout: float | None = None) -> TaskView:
+        return self._task(self.build_cancel(task_id), timeout)
+
+    def list_tasks(self, context_id: str, timeout: float | None = None, max_pages: int = 10) -> list[TaskView]:
+        """The peer's tasks in a context (reconciliation after a lost answer). 0.3 has no ListTasks."""
+        if "list" not in _METHODS[self.dialect]:
+            raise RemoteError("A2A 0.3 agents have no ListTasks", UNSUPPORTED_OPERATION)
+        tasks: list[TaskView] = []
+        params: dict = {"contextId": context_id, "includeArtifacts": True}
+        for page in range(max_pages):
+            result = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout)
+            if not isinstance(result, dict) or not isinstance(result.get("tasks", []), list):
+                raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task list")
+            try:
+                tasks.extend(task_view(t) for t in result.get("tasks", []))
+            except ValueError:
+                raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task list") from None
+            if not result.get("nextPageToken"):
+                break
+            params = {**params, "pageToken": result["nextPageToken"]}
+        return tasks
