@@ -71,6 +71,7 @@ DEFAULT_EXECUTOR = "sidecar.engine:AgentLoop"
 
 
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
+    from .delegation.coordinator import Coordinator
     from .worker import Worker
 
     return Worker(
@@ -78,6 +79,7 @@ def _make_worker(settings: Settings, concurrency: int, poll_interval: float, exe
         LeasePolicy(settings.lease_seconds),
         concurrency=concurrency,
         poll_interval=poll_interval,
+        companions=(Coordinator(settings),),
     )
 
 

@@ -33,7 +33,8 @@ class Segment:
         if self.lost.is_set():
             raise LeaseLost(self.claim.run_id, self.claim.epoch)
 
-    def _guarded(self, write, *args, **kwargs):
+    def guarded(self, write, *args, **kwargs):
+        """Call a fenced store write `write(claim, ...)`; a lost lease is remembered and re-raised."""
         self.check()
         try:
             return write(self.claim, *args, **kwargs)
@@ -42,10 +43,10 @@ class Segment:
             raise
 
     def event(self, kind: str, payload: dict) -> int:
-        return self._guarded(leases.append_event, kind, payload)
+        return self.guarded(leases.append_event, kind, payload)
 
     def update(self, **values) -> None:
-        self._guarded(leases.update_run, **values)
+        self.guarded(leases.update_run, **values)
 
     def stamp_pending_effect(self, description: str) -> None:
         """Before a non-idempotent write: a run lost from here on is not retried."""
@@ -56,28 +57,28 @@ class Segment:
 
     def save_turn(self, index: int, message: dict, *, tokens: int, cost: float, event: dict) -> None:
         """Write a model turn ahead of its tools, with its budget counts and its `llm` event (one transaction)."""
-        self._guarded(turns.save_turn, index, message, tokens, cost, event)
+        self.guarded(turns.save_turn, index, message, tokens, cost, event)
 
     def save_tool_result(
         self, turn_index: int, tool_call_id: str, name: str, result: str, *, event: dict,
         clear_pending_effect: bool = False,
     ) -> None:
         """Save a tool call's result and its `tool` event; a non-idempotent tool clears its stamp here too."""
-        self._guarded(
+        self.guarded(
             turns.save_tool_result, turn_index, tool_call_id, name, result, event,
             clear_pending_effect=clear_pending_effect,
         )
 
     def complete(self, output: str) -> SegmentOutcome:
-        self._guarded(leases.finish, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value)
+        self.guarded(leases.finish, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value)
         return SegmentOutcome.COMPLETED
 
     def fail(self, reason: TerminationReason, output: str | None = None) -> SegmentOutcome:
-        self._guarded(leases.finish, RunStatus.FAILED, output=output, reason=reason.value)
+        self.guarded(leases.finish, RunStatus.FAILED, output=output, reason=reason.value)
         return SegmentOutcome.FAILED
 
     def cancel(self) -> SegmentOutcome:
-        self._guarded(leases.finish, RunStatus.CANCELLED, reason=TerminationReason.CANCELLED.value)
+        self.guarded(leases.finish, RunStatus.CANCELLED, reason=TerminationReason.CANCELLED.value)
         return SegmentOutcome.CANCELLED
 
     def cancel_requested(self) -> bool:

@@ -32,6 +32,7 @@ class Worker:
         concurrency: int = 4,
         poll_interval: float = 1.0,
         reap_limit: int = 50,
+        companions: tuple = (),
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -40,6 +41,8 @@ class Worker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.reap_limit = reap_limit
+        # Services that live as long as the worker (the coordinator): objects with start() and stop().
+        self.companions = tuple(companions)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segment")
         self._active: dict[str, Segment] = {}
@@ -59,6 +62,8 @@ class Worker:
         self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True)
         self._loop_thread.start()
         self._heartbeat_thread.start()
+        for companion in self.companions:
+            companion.start()
         log.info("worker %s started with %d threads", self.id, self.concurrency)
 
     def run(self) -> None:
@@ -77,6 +82,8 @@ class Worker:
             # The loop first: a claim it made just now must reach _active before we look there.
             if self._loop_thread:
                 self._loop_thread.join()
+            for companion in self.companions:
+                companion.stop()
             deadline = time.monotonic() + grace
             while self.active_count() and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -1,5 +1,5 @@
-"""The contract's JSON documents (http-api.md, "Runs") built from store rows. No Flask, no SQL: the
-command line prints the same documents."""
+"""The contract's JSON documents (http-api.md, "Runs") built from store rows (and store reads). No Flask:
+the command line prints the same documents."""
 
 import base64
 import binascii
@@ -8,6 +8,7 @@ from datetime import datetime
 
 from ..domain.clock import rfc3339
 from ..domain.vocabulary import RunStatus
+from ..store import waits
 from ..store.models import Run
 
 _WAITING_KIND = {
@@ -52,8 +53,10 @@ def run_document(run: Run) -> dict:
         },
     }
     if status.is_waiting:
-        # Only the kind is known until pauses and delegations are stored; their details join it then.
         doc["waiting"] = {"kind": _WAITING_KIND[status]}
+        if status.awaits_dependency and (details := waits.dependency_view(run)):
+            doc["waiting"].update({key: rfc3339(value) if isinstance(value, datetime) else value
+                                   for key, value in details.items()})
     return doc
 
 

@@ -8,7 +8,9 @@ from .tools import builtin_tools
 
 @hookimpl
 def nrllm_tools(settings):
-    return builtin_tools()
+    from ..delegation.tool import DelegateTool  # the delegation package builds on the engine's tools
+
+    return [*builtin_tools(), DelegateTool(settings)]
 
 
 @hookimpl

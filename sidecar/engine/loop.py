@@ -30,6 +30,10 @@ log = logging.getLogger("nrllm_sidecar.engine")
 CANCEL_REQUESTED = Stop(TerminationReason.CANCELLED, "cancel requested")
 
 
+class Suspended(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """The segment suspended on a dependency (the suspension is committed): it ends here."""
+
+
 class Interrupted(Exception):
     """The run must stop at this boundary (cancel requested, budget or deadline); carries why."""
 
@@ -83,6 +87,8 @@ class _RunSegment:
             return self._drive(provider)
         except Interrupted as interrupted:
             return self._stop(interrupted.stop)
+        except Suspended:
+            return SegmentOutcome.AWAITING_DEPENDENCY
         except ProviderError as exc:
             return self._provider_failed(exc)
 
@@ -175,6 +181,13 @@ class _RunSegment:
             result = error_text(f"unknown tool {call.name!r} (offered: {self._offered_names()})")
         elif problem := tool.argument_problem(call.arguments):
             result = error_text(problem)
+        elif lone_problem := self._not_alone(tool):
+            result = error_text(lone_problem)
+        elif tool.delegation:
+            started = tool.delegate(self._delegation_call(call))
+            if started.suspended:
+                raise Suspended()
+            result = started.result
         else:
             if effect is ToolEffect.NON_IDEMPOTENT_WRITE:
                 # From here until its result is saved, a lost run is not retried (the reaper fails it).
@@ -193,6 +206,22 @@ class _RunSegment:
             len(self.conversation.turns) - 1, call.id, call.name, result, event=event, clear_pending_effect=in_flight
         )
         self.conversation.add_result(call, result)
+
+    def _not_alone(self, tool) -> str | None:
+        """At most one dependency per segment: a turn that delegates beside other calls runs none of them."""
+        calls = self.conversation.last_turn.tool_calls
+        delegates = [c for c in calls if getattr(self.registry.tools.get(c.name), "delegation", False)]
+        if delegates and len(calls) > 1:
+            return (f"{delegates[0].name} must be the only tool call of its turn; this turn has {len(calls)} calls, "
+                    "so none of them ran")
+        return None
+
+    def _delegation_call(self, call: ToolCall):
+        from ..delegation.start import DelegationCall
+
+        messages = [dict(m, tool_calls=[c.to_dict() for c in m["tool_calls"]]) if m.get("tool_calls") else m
+                    for m in self.conversation.messages]
+        return DelegationCall(self.segment, call.id, len(self.conversation.turns) - 1, call.arguments, messages)
 
     def _call(self, tool, call: ToolCall) -> str:
         try:

@@ -63,6 +63,11 @@ class Tool:
     def run(self, arguments: dict, context: ToolContext) -> str:
         raise NotImplementedError
 
+    def delegate(self, call):
+        """A delegation tool starts its dependency here instead of run(): it returns a
+        sidecar.delegation.start.Started (a result now, or the run suspended). See DelegateTool."""
+        raise NotImplementedError(f"{self.name} is marked as a delegation tool but does not implement delegate()")
+
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)

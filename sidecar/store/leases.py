@@ -69,24 +69,24 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> list[Claim]:
             continue
         epoch = Run.select(Run.lease_epoch).where(Run.id == run_id).scalar()
         claim = Claim(run_id, epoch, holder)
-        _status_event(run_id, _fence(claim), QUEUED, RUNNING)
+        _status_event(run_id, fence(claim), QUEUED, RUNNING)
         claims.append(claim)
     return claims
 
 
-def _fence(claim: Claim) -> list:
+def fence(claim: Claim) -> list:
     return [Run.id == claim.run_id, Run.lease_epoch == claim.epoch, Run.status == RUNNING]
 
 
-def _fenced_update(claim: Claim, **values) -> None:
-    written = Run.update(**values, updated_at=utcnow()).where(*_fence(claim)).execute()
+def fenced_update(claim: Claim, **values) -> None:
+    written = Run.update(**values, updated_at=utcnow()).where(*fence(claim)).execute()
     if written != 1:
         raise LeaseLost(claim.run_id, claim.epoch)
 
 
 @transactional
 def append_event(claim: Claim, kind: str, payload: dict) -> int:
-    sequence = events.append(claim.run_id, _fence(claim), kind, payload)
+    sequence = events.append(claim.run_id, fence(claim), kind, payload)
     if sequence is None:
         raise LeaseLost(claim.run_id, claim.epoch)
     return sequence
@@ -95,14 +95,14 @@ def append_event(claim: Claim, kind: str, payload: dict) -> int:
 @transactional
 def update_run(claim: Claim, **values) -> None:
     """Write columns of the claimed run (budget counters, pending effect, ...) under the fence."""
-    _fenced_update(claim, **values)
+    fenced_update(claim, **values)
 
 
 def renew(claim: Claim, lease: LeasePolicy) -> bool:
     """Heartbeat: push the expiry forward. False when the lease is lost (the segment must stop)."""
     now = utcnow()
     renewed = (
-        Run.update(lease_expires_at=lease.expiry(now), updated_at=now).where(*_fence(claim)).execute()
+        Run.update(lease_expires_at=lease.expiry(now), updated_at=now).where(*fence(claim)).execute()
     )
     return renewed == 1
 
@@ -114,7 +114,7 @@ def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason
         raise ValueError(f"finish() takes a terminal status, not {status}")
     now = utcnow()
     _status_event_or_lost(claim, status.value)
-    _fenced_update(
+    fenced_update(
         claim,
         status=status.value,
         output=output,
@@ -138,19 +138,19 @@ def suspend(claim: Claim, status: RunStatus, **values) -> None:
     origin = Run.select(Run.origin).where(Run.id == claim.run_id).scalar()
     status_guard.check(status.value, origin)
     _status_event_or_lost(claim, status.value)
-    _fenced_update(claim, status=status.value, lease_holder=None, lease_expires_at=None, **values)
+    fenced_update(claim, status=status.value, lease_holder=None, lease_expires_at=None, **values)
 
 
 def _status_event_or_lost(claim: Claim, new: str) -> None:
-    if events.append(claim.run_id, _fence(claim), "status", {"from": RUNNING, "to": new}) is None:
+    if events.append(claim.run_id, fence(claim), "status", {"from": RUNNING, "to": new}) is None:
         raise LeaseLost(claim.run_id, claim.epoch)
 
 
 @transactional
 def _release(claim: Claim) -> None:
     _status_event_or_lost(claim, QUEUED)
-    events.append(claim.run_id, _fence(claim), "requeued", {"reason": "released", "holder": claim.holder})
-    _fenced_update(
+    events.append(claim.run_id, fence(claim), "requeued", {"reason": "released", "holder": claim.holder})
+    fenced_update(
         claim,
         status=QUEUED,
         lease_holder=None,
@@ -214,13 +214,14 @@ def _reap_one(run_id: str, now) -> Reaped | None:
 def reap(limit: int = 50) -> list[Reaped]:
     """Act on `running` rows whose lease expired, and on nothing else (never a waiting run)."""
     now = utcnow()
-    expired = (
-        Run.select(Run.id)
+    # The ids are read completely before any write (see waits.claim_due for why).
+    expired = [
+        row.id for row in Run.select(Run.id)
         .where(Run.status == RUNNING, Run.lease_expires_at < now)
         .order_by(Run.lease_expires_at)
         .limit(limit)
-    )
-    reaped = [r for r in (_reap_one(row.id, now) for row in expired) if r is not None]
+    ]
+    reaped = [r for r in (_reap_one(run_id, now) for run_id in expired) if r is not None]
     if any(r.action == "requeued" for r in reaped):
         wakeup.runs_queued()
     return reaped

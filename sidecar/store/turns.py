@@ -12,19 +12,19 @@ from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
 from . import events
 from .db import transactional
-from .leases import Claim, _fence, _fenced_update
+from .leases import Claim, fence, fenced_update
 from .models import ModelTurn, Run, ToolResult
 
 
 def _event(claim: Claim, kind: str, payload: dict) -> None:
-    if events.append(claim.run_id, _fence(claim), kind, payload) is None:
+    if events.append(claim.run_id, fence(claim), kind, payload) is None:
         raise LeaseLost(claim.run_id, claim.epoch)
 
 
 @transactional
 def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> None:
     """Save turn `index` of the claimed run, count it against the budget and append its `llm` event."""
-    _fenced_update(
+    fenced_update(
         claim,
         iterations_used=Run.iterations_used + 1,
         tokens_used=Run.tokens_used + tokens,
@@ -42,7 +42,7 @@ def save_tool_result(
     claim: Claim, turn_index: int, tool_call_id: str, name: str, result: str, event: dict, *, clear_pending_effect: bool
 ) -> None:
     """Save a tool call's result and append its `tool` event; clear `pending_effect` when asked to."""
-    _fenced_update(claim, **({"pending_effect": None} if clear_pending_effect else {}))
+    fenced_update(claim, **({"pending_effect": None} if clear_pending_effect else {}))
     _event(claim, "tool", event)
     ToolResult.insert(
         run=claim.run_id, tool_call_id=tool_call_id, turn_index=turn_index, name=name, result=result,
