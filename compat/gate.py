@@ -132,9 +132,10 @@ class Gate:
             return LoadedConsumer(reported.name, reported.version, declaration.statuses_for(reported.version),
                                   f"plugin {declaration.declared_by or declaration.name}", declaration.origins,
                                   declaration)
-        if reported.understands is not None:
+        if reported.understands is not None and parse_version(reported.version) is not None:
             return LoadedConsumer(reported.name, reported.version, frozenset(reported.understands),
                                   "host report", frozenset(), None)
+        # Undeclared, or of an unknown version (not PEP 440): only the base vocabulary, whatever it says.
         return LoadedConsumer(reported.name, reported.version, _BASE, "base vocabulary (undeclared)",
                               frozenset(), None)
 

@@ -64,6 +64,12 @@ def test_an_undeclared_consumer_reads_the_base_vocabulary_unless_the_report_says
     assert gate(ReportedConsumer("typo3_run_views", "1.0.0", frozenset(ALL))).may_write(DEPENDENCY)
 
 
+def test_an_unknown_version_reads_the_base_vocabulary_even_with_understands():
+    g = gate(ReportedConsumer("typo3_run_views", "dev-main", frozenset(ALL)))
+    assert not g.may_write(DEPENDENCY)
+    assert "dev-main" in g.refusal(DEPENDENCY)
+
+
 def test_a_plugin_declaration_wins_over_the_reported_understands():
     g = gate(ReportedConsumer("nr_mcp_agent", "0.15.1", frozenset(ALL)))
     assert not g.may_write(DEPENDENCY)
