@@ -39,9 +39,10 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: s
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def start_worker(database_url: str, *args: str, lease: float = 1.0, log_path: Path | None = None) -> subprocess.Popen:
+def start_worker(database_url: str, *args: str, lease: float = 1.0, log_path: Path | None = None,
+                 env: dict | None = None) -> subprocess.Popen:
     """Start `nrllm-sidecar worker` in its own process against the test database."""
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease)}
+    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease), **(env or {})}
     stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the process
     return subprocess.Popen(
         [sys.executable, "-m", "sidecar.cli", "worker", "--poll-interval", "0.1", *args],

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from .. import failpoints
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, remote_agents, waits
@@ -85,7 +86,9 @@ def start(call: DelegationCall, settings) -> Started:
     except outbound.DigestMismatch as exc:
         return error(str(exc))
     if is_new:
+        failpoints.reached("delegation.after_journal")
         sent = client.send(body)
+        failpoints.reached("delegation.after_send")
         row = segment.guarded(outbound.record_outcome, row.id, sent.outcome,
                               remote_task_id=sent.task.id if sent.task else None, error=sent.error)
         return _after_send(call, run, agent, row, sent, len(body), settings)
