@@ -3,7 +3,7 @@
 from peewee import fn
 
 from sidecar.consumers import core_consumer_versions
-from sidecar.plugins import plugin_manager, results_by_plugin
+from sidecar.plugins import PluginLoadError, plugin_manager, results_by_plugin
 from sidecar.store import consumers as consumer_store
 from sidecar.store import status_guard
 from sidecar.store.models import Run
@@ -16,9 +16,14 @@ def declarations() -> dict[str, Declaration]:
     found = {}
     for plugin_name, entries in results_by_plugin(plugin_manager().hook.nrllm_consumers):
         for entry in entries or []:
-            found[entry["name"]] = Declaration.build(
-                entry["name"], entry["understands"], entry.get("origins", ()), declared_by=plugin_name
-            )
+            try:
+                found[entry["name"]] = Declaration.build(
+                    entry["name"], entry["understands"], entry.get("origins", ()), declared_by=plugin_name
+                )
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                # Checked at start-up (bootstrap), so a bad declaration never surfaces later as a 500.
+                raise PluginLoadError(f"plugin {plugin_name!r} declares a consumer the gate cannot read: "
+                                      f"{exc!r} in {entry!r}") from exc
     return found
 
 

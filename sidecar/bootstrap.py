@@ -3,7 +3,7 @@ bring) its schema up to date, load the plugins (a broken one stops start-up here
 compatibility gate in the store and the status notification hook. Idempotent, so tests and app
 factories may call it again."""
 
-from compat.service import install_store_guard
+from compat.service import declarations, install_store_guard
 
 from . import keys
 from .config import Settings
@@ -28,6 +28,7 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
             "run `nrllm-sidecar db upgrade` first"
         )
     pm = plugin_manager()
+    declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
     install_store_guard()
     events.on_status_change(
         lambda run_id, old, new: pm.hook.nrllm_run_status_changed(run_id=run_id, old_status=old, new_status=new)

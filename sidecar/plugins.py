@@ -44,7 +44,10 @@ def build_plugin_manager(extra_plugins=()) -> pluggy.PluginManager:
     _load_entry_points(pm)
     for plugin in extra_plugins:
         pm.register(plugin)
-    pm.check_pending()  # a hookimpl named like no hook is a plugin bug: say so at start-up
+    try:
+        pm.check_pending()  # a hookimpl named like no hook is a plugin bug: say so at start-up
+    except pluggy.PluginValidationError as exc:
+        raise PluginLoadError(f"plugin {pm.get_name(exc.plugin)!r} is broken: {exc}") from exc
     return pm
 
 
@@ -69,14 +72,15 @@ def plugin_manager() -> pluggy.PluginManager:
 def describe() -> list[dict]:
     """What is loaded and which hooks each plugin implements (for `nrllm-sidecar plugins`)."""
     pm = plugin_manager()
+    # pluggy records distributions only for its own entry-point loader, not for _load_entry_points.
+    versions = {ep.name: ep.dist.version for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist}
     rows = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         hooks = sorted(impl.name for impl in pm.get_hookcallers(plugin) or [])
-        dist = next((d for p, d in pm.list_plugin_distinfo() if p is plugin), None)
         rows.append({
             "name": name,
             "hooks": hooks,
-            "version": dist.version if dist else None,
+            "version": versions.get(name),
             "default": name in DEFAULT_PLUGINS,
         })
     return rows
