@@ -5,10 +5,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(BIN)/nrllm-sidecar: pyproject.toml
+# tests/example_plugin is a separate package: the tests load it through its entry point, as a third-party plugin.
+$(BIN)/nrllm-sidecar: pyproject.toml tests/example_plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e tests/example_plugin
 	touch $@
 
 .PHONY: install run test lint bench

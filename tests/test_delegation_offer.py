@@ -1,0 +1,111 @@
+"""A delegation tool (a plugin's tool with `delegation = True`) in the agent loop: offered only while the
+compatibility gate lets runs wait for a dependency; a model that calls it anyway gets the gate's reason."""
+
+import pytest
+
+from compat.gate import NO_REPORT_REASON
+from sidecar.domain.vocabulary import ToolEffect
+from sidecar.engine import AgentLoop
+from sidecar.engine.providers import ScriptedProvider
+from sidecar.engine.registry import build_registry
+from sidecar.engine.tools import Tool
+from sidecar.hookspecs import hookimpl
+from sidecar.plugins import plugin_manager
+from sidecar.store import consumers as consumer_store
+from sidecar.store import events, runs
+from tests.engine_support import make_settings, run_segment
+from tests.helpers import run_row
+
+
+class AskRemoteAgent(Tool):
+    name = "ask_remote_agent"
+    effect = ToolEffect.IDEMPOTENT_WRITE  # as the design's delegation tool: the journal makes a retry safe
+    description = "Hands a question to a remote agent; the run waits for its answer."
+    parameters = {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}
+    delegation = True
+
+    def run(self, arguments, context):
+        return "the remote agent took it"
+
+
+class ToolsSeen:
+    """The scripted provider, recording the tool names each turn request offered."""
+
+    name = "tools_seen"
+
+    def __init__(self):
+        self.offered: list[list[str]] = []
+
+    def next_turn(self, request):
+        self.offered.append([spec.name for spec in request.tools])
+        return ScriptedProvider().next_turn(request)
+
+
+class DelegationPlugin:
+    def __init__(self):
+        self.provider = ToolsSeen()
+
+    @hookimpl
+    def nrllm_tools(self, settings):
+        return [AskRemoteAgent()]
+
+    @hookimpl
+    def nrllm_model_providers(self, settings):
+        return [self.provider]
+
+
+@pytest.fixture
+def seen(database_url):
+    plugin = DelegationPlugin()
+    plugin_manager().register(plugin, name="delegation-test")
+    yield plugin.provider.offered
+    plugin_manager().unregister(plugin)
+
+
+CALL_IT = [
+    {"tool_calls": [{"id": "c1", "name": "ask_remote_agent", "arguments": {"question": "status of job 7?"}}]},
+    {"content": "{last_tool_result}"},
+]
+
+
+def _run(script, origin=None) -> str:
+    run_id = runs.create_run("be_user:7", "x", origin=origin, spec={"provider": "tools_seen", "script": script})
+    run_segment(AgentLoop(build_registry(make_settings())))
+    return run_id
+
+
+def _tool_results(run_id):
+    return [e["payload"]["result"] for e in events.list_events(run_id) if e["kind"] == "tool"]
+
+
+@pytest.mark.parametrize("report, reason", [
+    (None, NO_REPORT_REASON),
+    ([{"name": "nr_mcp_agent", "version": "0.15.1"}],
+     "nr_mcp_agent 0.15.1 is loaded and does not handle waiting_for_dependency; it does from 0.16.0"),
+])
+def test_not_offered_while_the_gate_is_closed_and_a_call_gets_the_reason(seen, report, reason):
+    if report is not None:
+        consumer_store.replace_report(report)
+    run_id = _run(CALL_IT)
+    assert seen and all("ask_remote_agent" not in names and "echo" in names for names in seen)
+    (result,) = _tool_results(run_id)
+    assert result.startswith("error: ") and reason in result
+    row = run_row(run_id)
+    assert (row.status, row.pending_effect) == ("completed", None), "the tool never ran, the model went on"
+
+
+def test_offered_once_the_host_reports_consumers_that_read_the_status(seen):
+    consumer_store.replace_report([])
+    _run([{"content": "nothing to ask"}])
+    consumer_store.replace_report([{"name": "nr_mcp_agent", "version": "0.16.0"}])
+    _run([{"content": "nothing to ask"}])
+    assert ["ask_remote_agent" in names for names in seen] == [True, True]
+
+
+def test_an_origin_scoped_consumer_withholds_it_only_from_its_runs(seen):
+    consumer_store.replace_report([{"name": "example_dashboard", "version": "1.4"}])  # the example plugin's
+    dashboard_run = _run(CALL_IT, origin="example:dashboard")
+    _run([{"content": "nothing to ask"}], origin="typo3:page")
+    assert ["ask_remote_agent" in names for names in seen] == [False, False, True]
+    (result,) = _tool_results(dashboard_run)
+    assert result.startswith("error: ") and "example_dashboard 1.4" in result
