@@ -9,23 +9,11 @@ import os
 import uuid
 
 import pytest
+from peewee import sort_models
 
 from sidecar.store import db as store_db
 from sidecar.store import migrations
-from sidecar.store.models import (
-    ApiToken,
-    ConsumerReportState,
-    DependencyWait,
-    IdempotencyRecord,
-    ModelTurn,
-    Outbound,
-    RemoteAgent,
-    ReportedConsumerRow,
-    Run,
-    RunEvent,
-    ToolResult,
-    WorkerHeartbeat,
-)
+from sidecar.store.models import BaseModel, SchemaMigration
 from tests.api_helpers import TEST_SECRET_KEY
 
 PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -126,9 +114,10 @@ def server_databases():
 
 
 def _empty_tables() -> None:
-    for model in (DependencyWait, Outbound, RemoteAgent, ToolResult, ModelTurn, RunEvent, Run, WorkerHeartbeat,
-                  IdempotencyRecord, ApiToken, ReportedConsumerRow, ConsumerReportState):
-        model.delete().execute()
+    """Every table but the migration log, rows that others refer to last."""
+    for model in reversed(sort_models(BaseModel.__subclasses__())):
+        if model is not SchemaMigration:
+            model.delete().execute()
 
 
 @pytest.fixture(params=DIALECTS)
