@@ -5,11 +5,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-# tests/example_plugin is a separate package: the tests load it through its entry point, as a third-party plugin.
-$(BIN)/nrllm-sidecar: pyproject.toml tests/example_plugin/pyproject.toml
+$(BIN)/nrllm-sidecar: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# tests/example_plugin is a separate package: the tests load it through its entry point, as a third-party
+# plugin. Only the tests install it, so `make run` serves the sidecar without it.
+EXAMPLE_PLUGIN := $(VENV)/.example-plugin-installed
+$(EXAMPLE_PLUGIN): $(BIN)/nrllm-sidecar tests/example_plugin/pyproject.toml
 	$(BIN)/pip install --quiet -e tests/example_plugin
 	touch $@
 
@@ -19,7 +24,7 @@ install: $(BIN)/nrllm-sidecar
 run: install
 	$(BIN)/nrllm-sidecar serve --demo
 
-test: install
+test: install $(EXAMPLE_PLUGIN)
 	$(BIN)/ruff check sidecar tests bench
 	$(BIN)/pytest -n 2 -q $(PYTEST_ARGS)
 

@@ -35,10 +35,10 @@ def current_gate() -> Gate:
             ReportedConsumer(r["name"], r["version"], None if r["understands"] is None else frozenset(r["understands"]))
             for r in rows
         ]
-        # The sidecar's own consumers are always loaded; the host does not report them.
-        reported_names = {r.name for r in report}
-        report += [ReportedConsumer(name, version) for name, version in core_consumer_versions().items()
-                   if name not in reported_names]
+        # The sidecar's own consumers are always loaded, in its own version: a host report naming one of
+        # them does not replace it.
+        core = core_consumer_versions()
+        report = [r for r in report if r.name not in core] + [ReportedConsumer(n, v) for n, v in core.items()]
     return Gate(declarations(), report, reported_at)
 
 

@@ -8,7 +8,7 @@ from compat.service import declarations, install_store_guard
 from . import keys
 from .config import Settings
 from .domain.errors import SidecarError
-from .plugins import plugin_manager
+from .plugins import notify_each, plugin_manager
 from .store import db, events, migrations
 
 
@@ -27,12 +27,20 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
             f"the database schema is at version {version}, this sidecar needs {migrations.latest_version()}: "
             "run `nrllm-sidecar db upgrade` first"
         )
+    if (version := migrations.current_version()) > migrations.latest_version():
+        # A newer sidecar migrated this database; this one may not understand what it finds there.
+        raise SchemaNotCurrent(
+            f"the database schema is at version {version}, newer than this sidecar knows "
+            f"({migrations.latest_version()}): run the newer sidecar, there are no down migrations"
+        )
     pm = plugin_manager()
     declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
     install_store_guard()
-    events.on_status_change(
-        lambda run_id, old, new: pm.hook.nrllm_run_status_changed(run_id=run_id, old_status=old, new_status=new)
-    )
+    events.on_status_change(lambda run_id, old, new: _tell_plugins(pm, run_id, old, new))
+
+
+def _tell_plugins(pm, run_id: str, old: str | None, new: str) -> None:
+    notify_each(pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=old, new_status=new)
 
 
 def from_env(*, migrate: bool = False) -> Settings:

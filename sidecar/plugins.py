@@ -5,11 +5,14 @@ so both take one path (bundled plugins under plugins/ are entry points like any 
 """
 
 import importlib
+import logging
 from importlib.metadata import entry_points
 
 import pluggy
 
 from . import hookspecs
+
+log = logging.getLogger("nrllm_sidecar.plugins")
 
 ENTRY_POINT_GROUP = "nrllm_sidecar"
 
@@ -56,6 +59,16 @@ def results_by_plugin(hook, **kwargs):
     (plugin name, result): callers that must say which plugin gave what use this instead of hook()."""
     for impl in hook.get_hookimpls():  # registration order: the core first
         yield impl.plugin_name, impl.function(*[kwargs[name] for name in impl.argnames])
+
+
+def notify_each(hook, **kwargs) -> None:
+    """Call every implementation of a notification hook; one that raises is logged and the others still
+    run (pluggy would stop at the first exception)."""
+    for impl in hook.get_hookimpls():
+        try:
+            impl.function(*[kwargs[name] for name in impl.argnames])
+        except Exception:
+            log.exception("plugin %r failed in %s", impl.plugin_name, hook.name)
 
 
 _pm: pluggy.PluginManager | None = None

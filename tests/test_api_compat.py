@@ -161,3 +161,11 @@ def test_roles_of_the_consumers_api(client, host_token, operator_token):
     missing = client.delete("/api/v1/consumers/nobody", headers=as_host(host_token, actor=None))
     assert (missing.status_code, missing.get_json()["code"]) == (404, "not_found")
     assert ConsumerReportState.select().count() == 0, "a refused delete counted as a report"
+
+
+def test_a_host_report_cannot_replace_the_sidecar_s_own_consumers(client, host_token, operator_token):
+    report(client, host_token, {"name": "sidecar_inbox", "version": "0.0.1"})
+    body = compat(client, operator_token)
+    assert body["delegation"]["offered"] is True
+    inbox = [c for c in body["consumers"] if c["name"] == "sidecar_inbox"]
+    assert len(inbox) == 1 and inbox[0]["version"] != "0.0.1"

@@ -10,6 +10,7 @@ import urllib.request
 
 from peewee import fn
 
+from sidecar.domain.clock import utcnow
 from sidecar.store import db as store_db
 from sidecar.store.migrations import MIGRATIONS
 from sidecar.store.models import SchemaMigration
@@ -82,3 +83,16 @@ def test_serve_without_worker_reports_degraded_health(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_commands_refuse_a_database_migrated_by_a_newer_sidecar(tmp_path):
+    url = f"sqlite:///{tmp_path / 'newer.db'}"
+    env = {**os.environ, "NRLLM_DATABASE_URL": url}
+    assert _cli("db", "upgrade", env=env).wait(60) == 0
+    bound = store_db.bind(url)
+    SchemaMigration.create(version=MIGRATIONS[-1][0] + 1, name="from the future", applied_at=utcnow())
+    bound.close()
+    proc = _cli("runs", "list", env=env)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "newer than this sidecar knows" in err and "Traceback" not in err

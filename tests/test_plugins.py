@@ -107,6 +107,23 @@ def test_status_notifications_arrive_after_commit_in_order(started, observer):
     assert observer.seen == [("queued", "queued"), ("running", "running"), ("completed", "completed")]
 
 
+class FailingListener:
+    @hookimpl(tryfirst=True)
+    def nrllm_run_status_changed(self, run_id, old_status, new_status):
+        raise RuntimeError("this listener is broken")
+
+
+def test_a_failing_status_listener_does_not_silence_the_others(started, caplog):
+    broken = FailingListener()
+    plugin_manager().register(broken, name="broken-listener-test")
+    try:
+        run_id = runs.create_run("be_user:7", "x", spec={"provider": "constant"})
+    finally:
+        plugin_manager().unregister(broken)
+    assert [(old, new) for rid, old, new in example.NOTIFICATIONS if rid == run_id] == [(None, "queued")]
+    assert "broken-listener-test" in caplog.text and run_row(run_id).status == "queued"
+
+
 @pytest.mark.slow
 def test_a_worker_process_notifies_the_plugin(database_url, tmp_path, monkeypatch):
     run_id = runs.create_run("be_user:7", "x", spec={"provider": "constant"})
