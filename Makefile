@@ -25,7 +25,7 @@ run: install
 	$(BIN)/nrllm-sidecar serve --demo
 
 test: install $(EXAMPLE_PLUGIN)
-	$(BIN)/ruff check sidecar tests bench
+	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 -q $(PYTEST_ARGS)
 
 bench: install
