@@ -154,10 +154,11 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
     server.serve_forever()
 
 
-from .commands import runs_group, token_group  # noqa: E402 - subcommand groups live in their own module
+from .commands import keys_group, runs_group, token_group  # noqa: E402 - subcommand groups live in their own module
 
 main.add_command(token_group)
 main.add_command(runs_group)
+main.add_command(keys_group)
 
 @main.command()
 def plugins() -> None:
