@@ -171,6 +171,7 @@ def generate() -> dict:
         spec = app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()
         tools = {
             tool.name: {"effect": tool.effect.value, "delegation": tool.delegation,
+                        "requires_approval": tool.requires_approval, "pauses_for_input": tool.pauses_for_input,
                         "arguments": sorted(tool.parameters.get("properties", {})),
                         "required": sorted(tool.parameters.get("required", []))}
             for found in pm.hook.nrllm_tools(settings=settings) for tool in found or []

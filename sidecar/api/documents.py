@@ -8,7 +8,7 @@ from datetime import datetime
 
 from ..domain.clock import rfc3339
 from ..domain.vocabulary import RunStatus
-from ..store import waits
+from ..store import pauses, waits
 from ..store.models import Run
 
 _WAITING_KIND = {
@@ -54,10 +54,14 @@ def run_document(run: Run) -> dict:
     }
     if status.is_waiting:
         doc["waiting"] = {"kind": _WAITING_KIND[status]}
-        if status.awaits_dependency and (details := waits.dependency_view(run)):
-            doc["waiting"].update({key: rfc3339(value) if isinstance(value, datetime) else value
-                                   for key, value in details.items()})
+        details = waits.dependency_view(run) if status.awaits_dependency else pauses.person_view(run)
+        if details:
+            doc["waiting"].update(format_times(details))
     return doc
+
+
+def format_times(details: dict) -> dict:
+    return {key: rfc3339(value) if isinstance(value, datetime) else value for key, value in details.items()}
 
 
 def event_document(event: dict) -> dict:

@@ -2,6 +2,7 @@
 
 from ..hookspecs import hookimpl
 from .openai import OpenAIProvider
+from .person_tools import person_tools
 from .providers import ScriptedProvider
 from .tools import builtin_tools
 
@@ -10,7 +11,7 @@ from .tools import builtin_tools
 def nrllm_tools(settings):
     from ..delegation.tool import DelegateTool  # the delegation package builds on the engine's tools
 
-    return [*builtin_tools(), DelegateTool(settings)]
+    return [*builtin_tools(), *person_tools(), DelegateTool(settings)]
 
 
 @hookimpl

@@ -14,12 +14,15 @@ import logging
 from compat.service import delegation_refusal
 
 from ..config import Settings
+from ..decisions.continuation import continue_from_decision
 from ..domain.budget import Budget, Stop
 from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
 from ..domain.vocabulary import SegmentOutcome, TerminationReason, ToolEffect
 from ..segment import Segment
+from ..store import pauses
 from ..store import turns as saved
+from . import pausing
 from .providers import ModelProvider, ProviderError, TurnRequest
 from .registry import Registry, build_registry
 from .tools import ToolContext, ToolError, error_text
@@ -31,7 +34,12 @@ CANCEL_REQUESTED = Stop(TerminationReason.CANCELLED, "cancel requested")
 
 
 class Suspended(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """The segment suspended on a dependency (the suspension is committed): it ends here."""
+    """The segment suspended (the suspension is committed): it ends here with `outcome` (a dependency
+    wait, or a pause for a person's input or approval)."""
+
+    def __init__(self, outcome: SegmentOutcome = SegmentOutcome.AWAITING_DEPENDENCY):
+        super().__init__(outcome.value)
+        self.outcome = outcome
 
 
 class Interrupted(Exception):
@@ -76,6 +84,7 @@ class _RunSegment:
         self.withheld = self._withhold_delegation()
         self.budget = _budget_of(segment.run)
         self.conversation = Conversation(segment.run.input)
+        self.approved: set[int] = set()  # turns a person approved (read once per turn)
         self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
 
     def execute(self) -> SegmentOutcome:
@@ -83,12 +92,15 @@ class _RunSegment:
             provider = self.registry.providers.get(self.provider_name)
             if provider is None:
                 raise ProviderError(f"unknown provider {self.provider_name!r}")
+            # A run queued by a decision applies it first (or waits again if the decider lost the right).
+            if (ended := continue_from_decision(self.segment)) is not None:
+                return ended
             self._replay()
             return self._drive(provider)
         except Interrupted as interrupted:
             return self._stop(interrupted.stop)
-        except Suspended:
-            return SegmentOutcome.AWAITING_DEPENDENCY
+        except Suspended as suspended:
+            return suspended.outcome
         except ProviderError as exc:
             return self._provider_failed(exc)
 
@@ -111,6 +123,7 @@ class _RunSegment:
                 return self.segment.complete(last.content or "")
             for call in self.conversation.unanswered():
                 self._boundary(asking_model=False)
+                self._approve_turn()
                 self._run_tool(call)
             self._boundary(asking_model=True)
             self._save(self._ask(provider))
@@ -183,6 +196,8 @@ class _RunSegment:
             result = error_text(problem)
         elif lone_problem := self._not_alone(tool):
             result = error_text(lone_problem)
+        elif tool.pauses_for_input:
+            raise Suspended(pausing.pause_for_input(self.segment, len(self.conversation.turns) - 1, call, tool))
         elif tool.delegation:
             started = tool.delegate(self._delegation_call(call))
             if started.suspended:
@@ -206,6 +221,17 @@ class _RunSegment:
             len(self.conversation.turns) - 1, call.id, call.name, result, event=event, clear_pending_effect=in_flight
         )
         self.conversation.add_result(call, result)
+
+    def _approve_turn(self) -> None:
+        """Approval is per turn: before the first of its calls runs, a turn calling a tool that needs it
+        pauses until a person approved it (or denied it: then every call already has its result)."""
+        index = len(self.conversation.turns) - 1
+        pending = self.conversation.unanswered()
+        if index in self.approved or self._not_alone(None) or not pausing.needs_approval(pending, self.offered):
+            return
+        if not pauses.turn_approved(self.segment.run_id, index):
+            raise Suspended(pausing.pause_for_approval(self.segment, index, pending, self.offered))
+        self.approved.add(index)
 
     def _not_alone(self, tool) -> str | None:
         """At most one dependency per segment: a turn that delegates beside other calls runs none of them."""

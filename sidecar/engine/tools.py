@@ -43,6 +43,11 @@ class ToolContext:
     def run_id(self) -> str:
         return self._segment.run_id
 
+    def write(self, store_write, *args, **kwargs):
+        """A fenced store write `store_write(claim, ...)` for a tool whose effect lives in the sidecar's
+        database: a segment that lost its lease writes nothing (LeaseLost)."""
+        return self._segment.guarded(store_write, *args, **kwargs)
+
     def sleep(self, seconds: float) -> None:
         """Wait; a lost lease stops it at once (LeaseLost), a cancel or the deadline within half a second."""
         end = time.monotonic() + seconds
@@ -59,6 +64,10 @@ class Tool:
     # A delegation tool suspends its run in waiting_for_dependency: it is offered only while the
     # compatibility gate lets that status be written for the run's origin.
     delegation: ClassVar[bool] = False
+    # A person approves the calls of a turn that calls this tool before any of them runs (per turn).
+    requires_approval: ClassVar[bool] = False
+    # The tool asks the person for input instead of running: the run waits for it (see AskUserTool).
+    pauses_for_input: ClassVar[bool] = False
 
     def run(self, arguments: dict, context: ToolContext) -> str:
         raise NotImplementedError

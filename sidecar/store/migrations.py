@@ -15,10 +15,14 @@ from .db import database, dialect
 from .models import (
     ApiToken,
     ConsumerReportState,
+    Decision,
     DependencyWait,
+    Grant,
     IdempotencyRecord,
     ModelTurn,
+    Note,
     Outbound,
+    PersonPause,
     RemoteAgent,
     ReportedConsumerRow,
     Run,
@@ -63,11 +67,17 @@ def _v4_delegation(db):
     db.create_tables([RemoteAgent, Outbound, DependencyWait], safe=True)
 
 
+def _v5_decisions(db):
+    _add_missing_columns(db, Run, Run.continuation)
+    db.create_tables([PersonPause, Decision, Grant, Note], safe=True)
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
     (3, "the host's consumer report", _v3_consumer_report),
     (4, "remote agents, the outbound journal, dependency waits", _v4_delegation),
+    (5, "person pauses, decisions, grants, notes", _v5_decisions),
 ]
 
 

@@ -57,6 +57,8 @@ class Run(BaseModel):
     # Pauses of any kind so far (the generation of the current one), and the pause the run waits on.
     pause_generation = IntegerField(default=0)
     waiting_on = CharField(max_length=36, null=True)
+    # A stored decision not yet applied: the queued run continues from it (ADR-281's continuation reference).
+    continuation = CharField(max_length=36, null=True)
 
     # The sequence of the run's last event; bumped in the transaction that inserts the next one.
     last_event_sequence = IntegerField(default=0)
@@ -265,3 +267,80 @@ class DependencyWait(BaseModel):
     class Meta:
         table_name = "dependency_waits"
         indexes = ((("resolved_at", "next_poll_at"), False),)
+
+
+class PersonPause(BaseModel):
+    """A run's pause for a person: input for an `ask_user` call, or approval of one model turn's calls.
+
+    Claimed once: a decision or a cancel sets decided_at with a guarded UPDATE (decided_at IS NULL), in the
+    transaction that moves the run on. A decision refused when the run continues (the decider lost the
+    right) opens the same pause again.
+    """
+
+    id = CharField(max_length=36, primary_key=True)  # the pause id
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    generation = IntegerField()
+    kind = CharField(max_length=16)  # input | approval
+    turn_index = IntegerField()
+    tool_call_id = CharField(max_length=128, null=True)  # input: the ask_user call the input answers
+    question = TextField(null=True)
+    input_schema = TextField(null=True)  # JSON
+    turn_digest = CharField(max_length=64, null=True)  # approval
+    pending_calls = TextField(null=True)  # approval: JSON [{"id", "name", "arguments", "effect"}] as shown
+    since = DateTimeField()
+    decided_at = DateTimeField(null=True)
+    resolution = CharField(max_length=16, null=True)  # decided | cancelled
+    decision_id = CharField(max_length=36, null=True)
+
+    class Meta:
+        table_name = "person_pauses"
+        indexes = ((("run", "turn_index"), False),)
+
+
+class Decision(BaseModel):
+    """A decision that won its pause: stored first, applied by whoever continues the run (its receipt)."""
+
+    id = CharField(max_length=36, primary_key=True)  # the receipt id
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    pause = ForeignKeyField(PersonPause, on_delete="CASCADE", column_name="pause_id")
+    generation = IntegerField()
+    decision = CharField(max_length=16)  # approve | deny | input
+    input = TextField(null=True)  # JSON, as submitted
+    turn_digest = CharField(max_length=64, null=True)
+    comment = TextField(null=True)
+    decider = CharField(max_length=255)
+    workspace = CharField(max_length=64)  # the workspace the decider acted in
+    mode = CharField(max_length=8)  # now | store
+    stored_at = DateTimeField()
+    applied_at = DateTimeField(null=True)
+    refused_at = DateTimeField(null=True)  # the decider had lost the right when the run continued
+    refusal = TextField(null=True)
+
+    class Meta:
+        table_name = "decisions"
+
+
+class Grant(BaseModel):
+    """A right an actor holds in a workspace (agent:approve, agent:input), read by the default permission rule."""
+
+    id = BigAutoField()
+    actor = CharField(max_length=255)
+    workspace = CharField(max_length=64)
+    permission = CharField(max_length=32)  # "grant" is a reserved word in SQL
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "grants"
+        indexes = ((("actor", "workspace", "permission"), True),)
+
+
+class Note(BaseModel):
+    """What the built-in `write_note` tool writes: a real effect, counted to prove it happens once."""
+
+    id = BigAutoField()
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    text = TextField()
+    created_at = DateTimeField()
+
+    class Meta:
+        table_name = "notes"

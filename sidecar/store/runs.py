@@ -10,7 +10,7 @@ from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import events
+from . import events, pauses
 from .db import transactional
 from .models import Run
 
@@ -135,6 +135,12 @@ def _cancel(run_id: str, by: str) -> str:
     # Queued or waiting: nobody holds a lease, so the cancel is ours to finish now. The epoch grows, as on
     # every revocation, so a segment that claimed it meanwhile is fenced out.
     guard = [Run.status == status.value, Run.lease_epoch == row.lease_epoch]
+    if status.awaits_person:
+        # The cancel takes the pause as a decision would (and locks it first, as a decision does), so of
+        # a cancel and decisions racing for it exactly one wins (store/pauses.py).
+        guard.append(Run.waiting_on == row.waiting_on)
+        if not pauses.close_for_cancel(row, now):
+            raise _Raced()
     change = {"from": status.value, "to": RunStatus.CANCELLED.value, "by": by}
     if events.append(run_id, guard, "status", change) is None:
         raise _Raced()
