@@ -174,16 +174,21 @@ class Worker:
         log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
 
     def _outcome_of(self, segment: Segment) -> SegmentOutcome:
+        return execute_segment(self.executor, segment)
+
+
+def execute_segment(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
+    """Execute one claimed segment (a worker's thread, or a decide-now request's) and say how it ended."""
+    try:
+        return executor.execute(segment)
+    except LeaseLost:
+        metrics.LEASE_LOSSES.inc()
+        return SegmentOutcome.LEASE_LOST
+    except Exception:
+        # A bug in an executor must not leave the run running until the reaper retries the same bug.
+        log.exception("segment of run %s raised", segment.run_id)
         try:
-            return self.executor.execute(segment)
+            segment.event("error", {"message": "the segment raised an unexpected error"})
+            return segment.fail(TerminationReason.NOT_RETRYABLE)
         except LeaseLost:
-            metrics.LEASE_LOSSES.inc()
             return SegmentOutcome.LEASE_LOST
-        except Exception:
-            # A bug in an executor must not leave the run running until the reaper retries the same bug.
-            log.exception("segment of run %s raised", segment.run_id)
-            try:
-                segment.event("error", {"message": "the segment raised an unexpected error"})
-                return segment.fail(TerminationReason.NOT_RETRYABLE)
-            except LeaseLost:
-                return SegmentOutcome.LEASE_LOST

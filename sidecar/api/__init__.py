@@ -7,7 +7,7 @@ from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
-from . import auth, health, metrics, remote_agents, runs
+from . import auth, decisions, grants, health, metrics, remote_agents, runs
 from . import compat as compat_views
 from .errors import SidecarApi
 
@@ -42,6 +42,8 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     api.register_blueprint(metrics.blp)
     api.register_blueprint(compat_views.blp)
     api.register_blueprint(remote_agents.blp)
+    api.register_blueprint(decisions.blp)
+    api.register_blueprint(grants.blp)
     for blueprints in plugin_manager().hook.nrllm_register_routes():
         for blueprint in blueprints or []:
             api.register_blueprint(blueprint)

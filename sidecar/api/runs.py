@@ -7,6 +7,7 @@ from http import HTTPStatus
 from flask import Response, current_app, request
 from flask.views import MethodView
 
+from ..decisions.service import can_see, list_visibility
 from ..domain.errors import InvalidState, NotFound
 from ..store import idempotency, runs
 from ..store.events import list_events
@@ -44,10 +45,12 @@ def _json(body: dict, status: int, **headers) -> Response:
     return response
 
 
-def visible_run(run_id, who: Principal) -> Run:
-    """The run, if this principal may see it; a run of another actor is as absent as a missing one."""
+def visible_run(run_id, who: Principal, *, owner_only: bool = False) -> Run:
+    """The run, if this principal may see it (a host's actor: its own, and those it may decide); a run of
+    another actor is as absent as a missing one."""
     run = runs.get_run(str(run_id))
-    if run is None or (not who.is_operator and run.owner != who.actor):
+    if run is None or (not who.is_operator and run.owner != who.actor
+                       and (owner_only or not can_see(who.actor, who.workspace, run))):
         raise ApiError(404, "not_found", f"no run {run_id}")
     return run
 
@@ -84,7 +87,7 @@ class Runs(MethodView):
     @blp.arguments(RunListQuerySchema, location="query")
     @blp.response(200, RunListSchema)
     def get(self, query):
-        """List runs, newest first: a host's actor sees the runs it owns, an operator all."""
+        """List runs, newest first: a host's actor sees the runs it owns or may decide, an operator all."""
         who = principal()
         after = None
         if "cursor" in query:
@@ -93,7 +96,7 @@ class Runs(MethodView):
             except ValueError as exc:
                 raise ApiError(422, "validation_failed", "the cursor is not valid", {"cursor": [str(exc)]}) from None
         rows, next_key = runs.list_runs(
-            visible_to=None if who.is_operator else who.actor,
+            **({} if who.is_operator else list_visibility(who.actor, who.workspace)),
             owner=query.get("owner"), status=query.get("status"), origin=query.get("origin"),
             limit=query["limit"], after=after,
         )
@@ -169,7 +172,7 @@ class RunCancel(MethodView):
     def post(self, run_id):
         """Cancel: queued or waiting at once; running at its next step boundary; terminal is 409."""
         who = principal()
-        run = visible_run(run_id, who)
+        run = visible_run(run_id, who, owner_only=True)
         try:
             runs.request_cancel(run.id, by=who.label)
         except NotFound:

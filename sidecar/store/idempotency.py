@@ -4,6 +4,11 @@ The key's record is inserted in the same transaction as the work it guards, and 
 there too, so a record is never seen half-done: a concurrent request with the same key blocks on the
 unique (scope, key) index until the first commits, then fails its insert with an IntegrityError and
 its retry reads the finished answer. Records live for 24 hours.
+
+A decide-now decision is the exception: its answer (the Run when the segment ends) exists only after the
+transaction that stores the decision. Its action answers status None; the record is then committed
+without an answer and completed later (`complete`), and until then a replay gets an Answer whose status
+is None (the caller follows the run instead of replaying).
 """
 
 import json
@@ -30,8 +35,8 @@ class KeyReused(SidecarError):
 
 @dataclass(frozen=True)
 class Answer:
-    status: int
-    body: dict
+    status: int | None  # None: the first request has not answered yet (a decide-now still continuing)
+    body: dict | None
     replayed: bool
 
 
@@ -60,15 +65,26 @@ def _attempt(scope, key, request_sha256, action) -> Answer:
     if existing is not None:
         if existing.request_sha256 != request_sha256:
             raise KeyReused("this Idempotency-Key was used with another request")
+        if existing.status_code is None:
+            return Answer(None, None, replayed=True)
         return Answer(existing.status_code, json.loads(existing.response_body), replayed=True)
     record_id = IdempotencyRecord.insert(
         scope=scope, key=key, request_sha256=request_sha256, created_at=utcnow()
     ).execute()
     status, body = action()
-    IdempotencyRecord.update(status_code=status, response_body=json.dumps(body)).where(
-        IdempotencyRecord.id == record_id
-    ).execute()
+    if status is not None:
+        IdempotencyRecord.update(status_code=status, response_body=json.dumps(body)).where(
+            IdempotencyRecord.id == record_id
+        ).execute()
     return Answer(status, body, replayed=False)
+
+
+@transactional
+def complete(scope: str, key: str, status: int, body: dict) -> None:
+    """Record the answer of a request whose action answered later (status None at first)."""
+    IdempotencyRecord.update(status_code=status, response_body=json.dumps(body)).where(
+        IdempotencyRecord.scope == scope, IdempotencyRecord.key == key, IdempotencyRecord.status_code.is_null()
+    ).execute()
 
 
 _last_purge = 0.0

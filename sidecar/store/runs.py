@@ -2,6 +2,7 @@
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from peewee import fn
@@ -79,24 +80,35 @@ def list_runs(
     origin: str | None = None,
     limit: int = 50,
     after: tuple[datetime, str] | None = None,
+    where=None,
+    keep: Callable[[Run], bool] | None = None,
 ) -> tuple[list[Run], tuple[datetime, str] | None]:
     """Runs newest first, and the key to pass as `after` for the next page (None on the last page).
 
-    `visible_to` restricts to one owner's runs (a host's actor); `owner` is the caller's filter.
+    `visible_to` restricts to one owner's runs (a host's actor); `owner` is the caller's filter. `where` (a
+    peewee expression) and `keep` (asked of each row) restrict what a caller may see in other ways.
     Keyset paging on (created_at, id): a page never repeats or skips a run created meanwhile.
     """
     query = Run.select()
     for column, value in ((Run.owner, visible_to), (Run.owner, owner), (Run.status, status), (Run.origin, origin)):
         if value is not None:
             query = query.where(column == value)
-    if after is not None:
-        created_at, run_id = after
-        query = query.where((Run.created_at < created_at) | ((Run.created_at == created_at) & (Run.id < run_id)))
-    rows = list(query.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1))
-    if len(rows) <= limit:
-        return rows, None
-    rows = rows[:limit]
-    return rows, (rows[-1].created_at, rows[-1].id)
+    if where is not None:
+        query = query.where(where)
+    rows: list[Run] = []
+    while True:
+        page = query
+        if after is not None:
+            created_at, run_id = after
+            page = page.where((Run.created_at < created_at) | ((Run.created_at == created_at) & (Run.id < run_id)))
+        batch = list(page.order_by(Run.created_at.desc(), Run.id.desc()).limit(limit + 1))
+        rows += [row for row in batch if keep is None or keep(row)]
+        if len(rows) > limit:
+            rows = rows[:limit]
+            return rows, (rows[-1].created_at, rows[-1].id)
+        if len(batch) <= limit:
+            return rows, None
+        after = (batch[-1].created_at, batch[-1].id)  # rows `keep` left out: read on past them
 
 
 class _Raced(Exception):
