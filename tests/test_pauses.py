@@ -166,7 +166,7 @@ def test_a_continuer_whose_decider_lost_the_right_puts_the_run_back_on_the_same_
     run_id = paused_run()
     pause = pause_of(run_id)
     grants.replace("be_user:9", "0", ["agent:approve"])
-    receipt = decide(run_id, actor="be_user:9")
+    receipt = decide(run_id, actor="be_user:9", comment="looks fine")
     grants.replace("be_user:9", "0", [])
     assert drive(run_id) is SegmentOutcome.AWAITING_APPROVAL
     row = run_row(run_id)
@@ -174,7 +174,8 @@ def test_a_continuer_whose_decider_lost_the_right_puts_the_run_back_on_the_same_
         "waiting_for_approval", pause["pause_id"], None, 1)
     assert pause_of(run_id) == pause, "the same pause, open again"
     (refused,) = payloads(run_id, "decision_refused")
-    assert (refused["receipt_id"], refused["by"], refused["pause_id"]) == (receipt.id, "be_user:9", pause["pause_id"])
+    assert (refused["receipt_id"], refused["by"], refused["pause_id"], refused["comment"]) == (
+        receipt.id, "be_user:9", pause["pause_id"], "looks fine")
     assert notes.of_run(run_id) == [] and Decision.get_by_id(receipt.id).refused_at is not None
     # The owner decides it now, and the run goes on from the same pause.
     decide(run_id)

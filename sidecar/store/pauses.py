@@ -240,5 +240,5 @@ def refuse(claim: Claim, decision: Decision, pause: PersonPause, reason: str) ->
         PersonPause.id == pause.id).execute()
     _event_or_lost(claim, "decision_refused", {
         "pause_id": pause.id, "generation": pause.generation, "receipt_id": decision.id,
-        "decision": decision.decision, "by": decision.decider, "reason": reason})
+        "decision": decision.decision, "by": decision.decider, "comment": decision.comment, "reason": reason})
     leases.suspend(claim, STATUS_OF[PauseKind(pause.kind)], waiting_on=pause.id, continuation=None)
