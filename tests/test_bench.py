@@ -1,0 +1,45 @@
+"""The benchmarks work: `bench/run_all.py --quick` runs every one of them small, and they print figures.
+
+The floors are checked by the full runs (docs/performance.md), not here: a few seconds of samples on a
+shared CI machine are too noisy to judge.
+"""
+
+import re
+import subprocess
+import sys
+
+import psycopg2
+import pytest
+
+from tests.conftest import IN_CI, PG_ADMIN
+from tests.helpers import ROOT
+
+# bench_store's section of run_all's output, and a row of its table: database, threads, commits/s,
+# claims/s, segments/s. Other benchmarks print tables of the same shape, hence the section.
+STORE_SECTION = re.compile(r"^== bench_store\.py.*?^== bench_store\.py: exit", re.MULTILINE | re.DOTALL)
+STORE_ROW = re.compile(r"^(sqlite|postgresql)\s+([124])\s+(\d+)\s+(\d+)\s+(\d+)\s", re.MULTILINE)
+
+
+def _require_postgres() -> None:
+    try:
+        psycopg2.connect(PG_ADMIN, connect_timeout=3).close()
+    except Exception as exc:
+        message = f"postgresql is not reachable ({exc}); the benchmarks need it"
+        if IN_CI:
+            pytest.fail(f"{message}, and CI=true requires them", pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.mark.slow
+def test_every_benchmark_runs_quick_and_prints_its_figures():
+    _require_postgres()
+    result = subprocess.run(
+        [sys.executable, "bench/run_all.py", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    section = STORE_SECTION.search(result.stdout)
+    assert section, output
+    rows = {(dialect, int(threads)): figures for dialect, threads, *figures in STORE_ROW.findall(section.group())}
+    assert set(rows) == {(d, t) for d in ("sqlite", "postgresql") for t in (1, 2, 4)}, output
+    assert all(int(figure) > 0 for figures in rows.values() for figure in figures), output
