@@ -3,11 +3,18 @@ leaves, so a lost answer can never turn into a second remote task.
 
 The same owner, message id and digest is the same operation: its recorded row comes back and nothing is
 sent again. The same message id with another digest is refused. A `send` row that a retry finds still
-`pending` may have left: it becomes `outcome_unknown`, and only an operator resends it.
+`pending` may have left: it becomes `outcome_unknown`, and only an operator resends it (store/resends.py)
+or reconciliation finds its task (`record_found`): both are guarded on `outcome_unknown`, so one wins.
+
+`cancel` rows are committed in the transaction that ends the wait (a deadline, a run's cancel), without
+their body: the coordinator that sends them claims an attempt (`claim_cancel`) and writes the exact body
+into the row (`write_cancel_body`) before anything leaves. CancelTask is idempotent in A2A, so a cancel whose
+attempt failed is tried again (`cancels_due`).
 """
 
 import hashlib
 import uuid
+from datetime import datetime, timedelta
 
 from peewee import IntegrityError
 
@@ -21,6 +28,11 @@ from .models import Outbound, Run
 
 PENDING = OutboundOutcome.PENDING.value
 UNKNOWN = OutboundOutcome.OUTCOME_UNKNOWN.value
+ACCEPTED = OutboundOutcome.ACCEPTED.value
+SEND = OutboundKind.SEND.value
+CANCEL = OutboundKind.CANCEL.value
+# Cancel message ids are derived from the send row, so one send row can never get two cancel rows.
+CANCEL_NAMESPACE = uuid.UUID("5b0d8c2e-3f7a-4c61-9e2d-281281281282")
 
 
 class DigestMismatch(SidecarError):
@@ -32,9 +44,7 @@ def sha256(text: str) -> str:
 
 
 def _event(claim: Claim, row: Outbound, note: str) -> None:
-    payload = {"outbound_id": row.id, "kind": row.kind, "message_id": row.message_id, "outcome": row.outcome,
-               "remote_agent": row.remote_agent, "remote_task_id": row.remote_task_id, "note": note}
-    if events.append(claim.run_id, fence(claim), "outbound", payload) is None:
+    if events.append(claim.run_id, fence(claim), "outbound", outbound_payload(row, note)) is None:
         raise LeaseLost(claim.run_id, claim.epoch)
 
 
@@ -88,6 +98,130 @@ def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_
 
 def get(outbound_id: str) -> Outbound | None:
     return Outbound.get_or_none(Outbound.id == outbound_id)
+
+
+def by_message_id(message_id: str) -> Outbound | None:
+    return Outbound.get_or_none(Outbound.message_id == message_id)
+
+
+def descends_from(row: Outbound, root_id: str, limit: int = 100) -> bool:
+    """True when `row` is the row `root_id` or an operator resend of it (following resend_of back)."""
+    for _ in range(limit):
+        if row.id == root_id:
+            return True
+        if row.resend_of is None or (row := get(row.resend_of)) is None:
+            return False
+    return False
+
+
+def _found(outbound_id: str, remote_task_id: str) -> Outbound | None:
+    found = Outbound.update(outcome=ACCEPTED, remote_task_id=remote_task_id, error=None).where(
+        Outbound.id == outbound_id, Outbound.kind == SEND, Outbound.outcome == UNKNOWN).execute() == 1
+    return Outbound.get_by_id(outbound_id) if found else None
+
+
+FOUND_NOTE = "found by reconciliation (ListTasks)"
+
+
+@transactional
+def record_found_fenced(claim: Claim, outbound_id: str, remote_task_id: str) -> Outbound:
+    """Reconciliation inside the segment that sent: the lost send's task was found; the row is accepted."""
+    row = _found(outbound_id, remote_task_id)
+    if row is not None:
+        _event(claim, row, FOUND_NOTE)
+    return Outbound.get_by_id(outbound_id)
+
+
+@transactional
+def record_found(outbound_id: str, remote_task_id: str) -> bool:
+    """Reconciliation found the task of an `outcome_unknown` send: the row is `accepted` with that task.
+    False when the row is no longer `outcome_unknown` (an operator resent it, or another found it)."""
+    row = _found(outbound_id, remote_task_id)
+    if row is not None:
+        events.append(row.run_id, [], "outbound", outbound_payload(row, FOUND_NOTE))
+    return row is not None
+
+
+def outbound_payload(row: Outbound, note: str) -> dict:
+    return {"outbound_id": row.id, "kind": row.kind, "message_id": row.message_id, "outcome": row.outcome,
+            "remote_agent": row.remote_agent, "remote_task_id": row.remote_task_id, "note": note}
+
+
+def journal_cancel(send_row: Outbound, guard, now: datetime) -> Outbound | None:
+    """Inside the caller's transaction: a pending `cancel` row for the task of `send_row`, if a task is
+    known or may exist (an unknown outcome: the sender reconciles first). None when there is nothing to
+    cancel (rejected, not delivered, or answered with a message)."""
+    if send_row.kind != SEND or not (send_row.outcome == UNKNOWN or send_row.remote_task_id):
+        return None
+    row = Outbound(
+        id=str(uuid.uuid4()), kind=CANCEL, owner=send_row.owner, run=send_row.run_id,
+        remote_agent=send_row.remote_agent, message_id=str(uuid.uuid5(CANCEL_NAMESPACE, send_row.id)),
+        tool_call_id=send_row.tool_call_id, context_id=send_row.context_id, request_body="",
+        request_sha256=sha256(""), outcome=PENDING, remote_task_id=send_row.remote_task_id,
+        resend_of=None, created_at=now,
+    )
+    row.save(force_insert=True)
+    events.append(row.run_id, guard, "outbound", outbound_payload(row, "cancel journalled before sending"))
+    return row
+
+
+def send_row_of(cancel_row: Outbound) -> Outbound | None:
+    """The (newest) send row a cancel row cancels the task of."""
+    return (Outbound.select()
+            .where(Outbound.run == cancel_row.run_id, Outbound.tool_call_id == cancel_row.tool_call_id,
+                   Outbound.kind == SEND)
+            .order_by(Outbound.resend_count.desc()).first())
+
+
+def cancels_due(now: datetime, *, retry_after: float, give_up_after: float, limit: int = 50) -> list[Outbound]:
+    """Pending cancel rows never tried, or whose last attempt failed `retry_after` seconds ago; rows older
+    than `give_up_after` are left as they are (their last error says why). Read through the outcome index."""
+    tried_long_ago = Outbound.sent_at < now - timedelta(seconds=retry_after)
+    return list(Outbound.select()
+                .where(Outbound.outcome == PENDING, Outbound.kind == CANCEL,
+                       Outbound.created_at > now - timedelta(seconds=give_up_after),
+                       Outbound.sent_at.is_null() | tried_long_ago)
+                .order_by(Outbound.created_at).limit(limit))
+
+
+@transactional
+def claim_cancel(row: Outbound, now: datetime) -> bool:
+    """Claim a pending cancel row for one attempt (sent_at: the attempt's time). Only the caller that still
+    sees the attempt time it read wins, so two coordinators never make the same attempt."""
+    last = Outbound.sent_at.is_null() if row.sent_at is None else Outbound.sent_at == row.sent_at
+    return Outbound.update(sent_at=now).where(
+        Outbound.id == row.id, Outbound.kind == CANCEL, Outbound.outcome == PENDING, last).execute() == 1
+
+
+@transactional
+def write_cancel_body(outbound_id: str, body: str, remote_task_id: str) -> None:
+    """Journal the exact CancelTask body of a claimed attempt, before it leaves."""
+    Outbound.update(request_body=body, request_sha256=sha256(body), remote_task_id=remote_task_id).where(
+        Outbound.id == outbound_id, Outbound.kind == CANCEL, Outbound.outcome == PENDING).execute()
+
+
+@transactional
+def record_cancel(outbound_id: str, outcome: str, *, error: str | None = None) -> None:
+    """What became of a cancel attempt; `pending` keeps it for another attempt (with the error)."""
+    Outbound.update(outcome=outcome, error=error).where(
+        Outbound.id == outbound_id, Outbound.outcome == PENDING).execute()
+    row = Outbound.get_by_id(outbound_id)
+    if outcome != PENDING:
+        note = "cancel sent" if row.sent_at else "cancel not sent"
+        events.append(row.run_id, [], "outbound", outbound_payload(row, note))
+
+
+@transactional
+def record_outcome_unfenced(outbound_id: str, outcome: str, *, remote_task_id=None, error=None,
+                            bytes_received: int = 0) -> Outbound:
+    """record_outcome for a send no segment holds (an operator's resend): the run waits meanwhile."""
+    Outbound.update(outcome=outcome, remote_task_id=remote_task_id, error=error, sent_at=utcnow()).where(
+        Outbound.id == outbound_id, Outbound.outcome == PENDING).execute()
+    row = Outbound.get_by_id(outbound_id)
+    if bytes_received:
+        Run.update(bytes_used=Run.bytes_used + bytes_received).where(Run.id == row.run_id).execute()
+    events.append(row.run_id, [], "outbound", outbound_payload(row, "sent"))
+    return row
 
 
 def context_of_task(run_id: str, remote_task_id: str) -> str | None:

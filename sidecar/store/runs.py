@@ -11,7 +11,7 @@ from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import events, pauses
+from . import events, pauses, waits
 from .db import transactional
 from .models import Run
 
@@ -144,6 +144,11 @@ def _cancel(run_id: str, by: str) -> str:
             raise _Raced()
         Run.update(cancel_requested_at=now, updated_at=now).where(Run.id == run_id, *guard).execute()
         return "requested"
+    if status is RunStatus.WAITING_FOR_DEPENDENCY and row.waiting_on:
+        # The resolution's own guard, and the remote task's CancelTask journalled in this transaction.
+        if not waits.cancel_dependency(row, by, now):
+            raise _Raced()
+        return "cancelled"
     # Queued or waiting: nobody holds a lease, so the cancel is ours to finish now. The epoch grows, as on
     # every revocation, so a segment that claimed it meanwhile is fenced out.
     guard = [Run.status == status.value, Run.lease_epoch == row.lease_epoch]

@@ -3,11 +3,15 @@
 Suspension, polling claims and resolution are each one guarded transaction:
 - suspend: the wait row, the run's pause counters and budget, and `waiting_for_dependency` (gate-checked);
 - claim_due: advancing a due row's next poll time is the claim, so several coordinators never poll one
-  row twice;
-- resolve: `resolved_at IS NULL` and the run still waiting on this wait, then the tool result is stored
-  for exactly the suspended tool-call id and the run is queued; any racing resolver finds zero rows.
+  row twice. The next poll is never later than the wait's deadline (the earlier of the delegation's and
+  the run's), so the same index and the same claim find the deadlines too;
+- resolve, fail, cancel: `resolved_at IS NULL` and the run still waiting on this wait, then the tool
+  result is stored for exactly the suspended tool-call id and the run is queued (or ends); any racing
+  resolver finds zero rows. A deadline or a cancel journals its CancelTask in that same transaction.
 """
 
+import hashlib
+import hmac
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,8 +19,8 @@ from datetime import datetime, timedelta
 from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, RunStatus, TerminationReason
-from . import events, leases
-from .db import transactional
+from . import events, leases, notify, outbound
+from .db import database, transactional
 from .leases import Claim, fence
 from .models import DependencyWait, Outbound, RemoteAgent, Run, ToolResult
 
@@ -34,14 +38,20 @@ class Suspension:
     checkpoint: str
     key_fingerprint: str
     deadline_at: datetime
-    next_poll_at: datetime | None
+    next_poll_at: datetime | None  # None: nothing to poll (an unknown outcome) until the deadline
     push_token_sha256: str | None = None
+
+
+def earliest(delegation_deadline: datetime, run_deadline: datetime | None) -> datetime:
+    return min(delegation_deadline, run_deadline) if run_deadline is not None else delegation_deadline
 
 
 @transactional
 def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -> str:
     """Store the wait and suspend the run on it; returns the pause id. Raises LeaseLost or StatusNotWritable."""
     wait_id = str(uuid.uuid4())
+    due = earliest(s.deadline_at, Run.select(Run.deadline_at).where(Run.id == claim.run_id).scalar())
+    next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
     leases.fenced_update(
         claim,
         pause_generation=Run.pause_generation + 1,
@@ -54,7 +64,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
     DependencyWait.insert(
         id=wait_id, run=claim.run_id, generation=generation, tool_call_id=s.tool_call_id,
         remote_agent=s.remote_agent, outbound_id=s.outbound_id, checkpoint=s.checkpoint,
-        key_fingerprint=s.key_fingerprint, since=now, deadline_at=s.deadline_at, next_poll_at=s.next_poll_at,
+        key_fingerprint=s.key_fingerprint, since=now, deadline_at=s.deadline_at, next_poll_at=next_poll_at,
         push_token_sha256=s.push_token_sha256,
     ).execute()
     events.append(claim.run_id, fence(claim), "pause", {
@@ -63,6 +73,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
         "remote_task_id": s.remote_task_id,
     })
     leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    notify.notify()  # a coordinator sleeping until the next due time must learn of this one
     return wait_id
 
 
@@ -75,36 +86,98 @@ def current(run_id: str) -> DependencyWait | None:
 
 
 def claim_due(limit: int, now: datetime | None = None) -> list[DependencyWait]:
-    """Claim up to `limit` due waits by moving each one's next poll to now + its agent's interval."""
+    """Claim up to `limit` due waits by moving each one's next poll to now + its agent's interval (but
+    not past its deadline). Each claimed wait carries `run_deadline_at`, the run's own deadline."""
     now = now or utcnow()
     # Read the whole batch before writing: on SQLite a connection that writes while its own read is
     # still open works on a stale snapshot and fails at once ("database is locked") instead of waiting.
     due = list(
-        DependencyWait.select(DependencyWait, RemoteAgent.poll_interval_seconds)
-        .join(RemoteAgent, on=(DependencyWait.remote_agent == RemoteAgent.name), attr="agent")
+        DependencyWait.select(DependencyWait, RemoteAgent.poll_interval_seconds.alias("poll_interval"),
+                              Run.deadline_at.alias("run_deadline_at"))
+        .join(RemoteAgent, on=(DependencyWait.remote_agent == RemoteAgent.name))
+        .switch(DependencyWait)
+        .join(Run, on=(DependencyWait.run == Run.id))
         .where(DependencyWait.resolved_at.is_null(), DependencyWait.next_poll_at <= now)
         .order_by(DependencyWait.next_poll_at)
         .limit(limit)
+        .objects()
     )
     claimed = []
     for wait in due:
-        interval = wait.agent.poll_interval_seconds
+        deadline = earliest(wait.deadline_at, wait.run_deadline_at)
+        after_interval = now + timedelta(seconds=wait.poll_interval)
+        # Once the deadline has passed, the interval paces further attempts at acting on it (a key may be
+        # missing meanwhile); before it, the deadline caps the wait so it is acted on in time.
+        following = after_interval if deadline <= now else min(after_interval, deadline)
         taken = (
-            DependencyWait.update(next_poll_at=now + timedelta(seconds=interval))
+            DependencyWait.update(next_poll_at=following)
             .where(DependencyWait.id == wait.id, DependencyWait.next_poll_at == wait.next_poll_at,
                    DependencyWait.resolved_at.is_null())
             .execute()
         )
         if taken == 1:
+            wait.claimed_next_poll_at = following
             claimed.append(wait)
     return claimed
 
 
+def run_deadline_of(wait: DependencyWait) -> datetime | None:
+    """The run's own deadline (claim_due attaches it; a wait read otherwise asks the run)."""
+    if hasattr(wait, "run_deadline_at"):
+        return wait.run_deadline_at
+    return Run.select(Run.deadline_at).where(Run.id == wait.run_id).scalar()
+
+
+def earliest_due() -> datetime | None:
+    """The next time any open wait is due (the index's first entry): how long a coordinator may sleep."""
+    first = (DependencyWait.select(DependencyWait.next_poll_at)
+             .where(DependencyWait.resolved_at.is_null(), DependencyWait.next_poll_at.is_null(False))
+             .order_by(DependencyWait.next_poll_at).first())
+    return first.next_poll_at if first else None
+
+
+@transactional
+def _poll_now(wait_id: str) -> bool:
+    moved = DependencyWait.update(next_poll_at=utcnow()).where(
+        DependencyWait.id == wait_id, DependencyWait.resolved_at.is_null()).execute() == 1
+    if moved:
+        notify.notify()
+    return moved
+
+
 def poll_now(wait_id: str) -> bool:
-    """Bring the next poll forward to now (a push, or a test); True if the wait is still open."""
-    return DependencyWait.update(next_poll_at=utcnow()).where(
-        DependencyWait.id == wait_id, DependencyWait.resolved_at.is_null(),
-        DependencyWait.next_poll_at.is_null(False)).execute() == 1
+    """Bring the next poll forward to now and wake the coordinators (a push, a resend, a test); True if the
+    wait is still open."""
+    moved = _poll_now(wait_id)
+    if moved:
+        wakeup.dependencies_due()
+    return moved
+
+
+def park(wait: DependencyWait, until: datetime) -> None:
+    """Nothing to poll before `until` (an unknown outcome that reconciliation could not settle). Only if
+    the wait is still where this claim put it: a push that came meanwhile keeps its earlier time."""
+    DependencyWait.update(next_poll_at=until).where(
+        DependencyWait.id == wait.id, DependencyWait.resolved_at.is_null(),
+        DependencyWait.next_poll_at == wait.claimed_next_poll_at).execute()
+
+
+def push_token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def by_push_token(token: str) -> DependencyWait | None:
+    """The wait a push token was made for, or None. Tokens are `<run id>.<secret>`: the run id finds the
+    few waits of that run (no index on secrets needed), and the digests are compared in constant time."""
+    run_id, dot, _ = token.partition(".")
+    if not dot or len(run_id) != 36:
+        return None
+    presented = push_token_digest(token)
+    for wait in DependencyWait.select().where(DependencyWait.run == run_id,
+                                              DependencyWait.push_token_sha256.is_null(False)):
+        if hmac.compare_digest(wait.push_token_sha256, presented):
+            return wait
+    return None
 
 
 def mark_unsealable(wait_id: str, unsealable: bool) -> None:
@@ -124,12 +197,24 @@ def _close(wait: DependencyWait, resolution: str, now) -> list:
     return [Run.id == wait.run_id, Run.status == WAITING, Run.waiting_on == wait.id]
 
 
+def _cancel_remote(wait: DependencyWait, guard, now) -> None:
+    """Journal the CancelTask of the wait's remote task (a deadline, a cancel): committed with the
+    resolution, sent after it (delegation/cancels.py)."""
+    send_row = outbound.get(wait.outbound_id)
+    if send_row is not None and outbound.journal_cancel(send_row, guard, now) is not None:
+        notify.notify()
+        database.after_commit(wakeup.dependencies_due)
+
+
 @transactional
-def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str, detail: dict) -> None:
+def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str, detail: dict,
+             cancel_remote: bool) -> None:
     now = utcnow()
     guard = _close(wait, resolution, now)
     if events.append(wait.run_id, guard, "resume", {"pause_id": wait.id, "resolution": resolution, **detail}) is None:
         raise _Lost()
+    if cancel_remote:
+        _cancel_remote(wait, guard, now)
     events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
     events.append(wait.run_id, guard, "tool", {"turn_index": turn_index, "tool_call_id": wait.tool_call_id,
                                                "name": "delegate_to_agent", "result": result})
@@ -140,10 +225,11 @@ def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str
 
 
 def resolve(wait: DependencyWait, *, turn_index: int, result: str, resolution: str = "result",
-            detail: dict | None = None) -> bool:
-    """Answer the suspended tool call with `result` and queue the run. True for the one caller that wins."""
+            detail: dict | None = None, cancel_remote: bool = False) -> bool:
+    """Answer the suspended tool call with `result` and queue the run. True for the one caller that wins.
+    With `cancel_remote` (a deadline) the remote task's CancelTask is journalled in the same transaction."""
     try:
-        _resolve(wait, turn_index, result, resolution, detail or {})
+        _resolve(wait, turn_index, result, resolution, detail or {}, cancel_remote)
     except _Lost:
         return False
     wakeup.runs_queued()
@@ -151,20 +237,46 @@ def resolve(wait: DependencyWait, *, turn_index: int, result: str, resolution: s
 
 
 @transactional
-def _fail(wait: DependencyWait, reason: TerminationReason, detail: dict) -> None:
+def _fail(wait: DependencyWait, reason: TerminationReason, detail: dict, cancel_remote: bool) -> None:
     now = utcnow()
     guard = _close(wait, reason.value, now)
     if events.append(wait.run_id, guard, "resume", {"pause_id": wait.id, "resolution": reason.value, **detail}) is None:
         raise _Lost()
+    if cancel_remote:
+        _cancel_remote(wait, guard, now)
     events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.FAILED.value})
     Run.update(status=RunStatus.FAILED.value, termination_reason=reason.value, waiting_on=None, finished_at=now,
                updated_at=now, lease_epoch=Run.lease_epoch + 1).where(*guard).execute()
 
 
-def fail(wait: DependencyWait, reason: TerminationReason, detail: dict | None = None) -> bool:
+def fail(wait: DependencyWait, reason: TerminationReason, detail: dict | None = None,
+         cancel_remote: bool = False) -> bool:
     """End the waiting run `failed` (a tampered checkpoint, the run's deadline). True for the one winner."""
     try:
-        _fail(wait, reason, detail or {})
+        _fail(wait, reason, detail or {}, cancel_remote)
+    except _Lost:
+        return False
+    return True
+
+
+def cancel_dependency(run: Run, by: str, now: datetime) -> bool:
+    """Inside the caller's transaction (store/runs.py's cancel): end a run waiting for a dependency as
+    `cancelled`, with the resolution's guard (the wait unresolved and the run still waiting on it) and a
+    pending CancelTask row. False, with nothing written, when a resolution got there first."""
+    wait = DependencyWait.get_or_none(DependencyWait.id == run.waiting_on) if run.waiting_on else None
+    if wait is None:
+        return False
+    try:
+        with database.atomic():  # a savepoint: a lost guard undoes the wait's closing too
+            guard = _close(wait, "cancelled", now)
+            change = {"from": WAITING, "to": RunStatus.CANCELLED.value, "by": by}
+            if events.append(run.id, guard, "resume", {"pause_id": wait.id, "resolution": "cancelled"}) is None:
+                raise _Lost()
+            _cancel_remote(wait, guard, now)
+            events.append(run.id, guard, "status", change)
+            Run.update(status=RunStatus.CANCELLED.value, termination_reason=TerminationReason.CANCELLED.value,
+                       cancel_requested_at=run.cancel_requested_at or now, finished_at=now, waiting_on=None,
+                       queued_at=None, lease_epoch=Run.lease_epoch + 1, updated_at=now).where(*guard).execute()
     except _Lost:
         return False
     return True

@@ -1,0 +1,90 @@
+"""Waking coordinators in other processes: PostgreSQL LISTEN/NOTIFY (architecture.md, "Coordinator").
+
+A write that makes a wait due sooner (a push, a new suspension, a cancel to send) calls `notify()` inside
+its transaction: PostgreSQL delivers the notification at commit, and never for a transaction rolled
+back. Every coordinator holds a `Listener`: a dedicated autocommit connection (a pooled one would be
+handed to other threads, and LISTEN belongs to a session), watched with select(). SQLite and MariaDB have
+nothing of the kind: there the coordinator polls the due index at most every 250 ms instead.
+"""
+
+import contextlib
+import logging
+import select
+import threading
+
+from .db import database, dialect
+
+log = logging.getLogger("nrllm_sidecar.notify")
+
+CHANNEL = "nrllm_dependency_due"
+RECONNECT_SECONDS = 1.0
+
+
+def notify() -> None:
+    """Inside a write transaction: wake every listening coordinator once it commits (PostgreSQL only)."""
+    if dialect() == "postgresql":
+        database.execute_sql(f"NOTIFY {CHANNEL}")
+
+
+def can_listen() -> bool:
+    return dialect() == "postgresql"
+
+
+class Listener:
+    """Calls `on_notify` (from its own thread) for every batch of notifications on CHANNEL.
+
+    After a (re)connection it calls it once as well: notifications sent while it was not listening are
+    lost, so the coordinator must look at the due index anyway.
+    """
+
+    def __init__(self, on_notify):
+        self.on_notify = on_notify
+        self._stopping = threading.Event()
+        self._listening = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def listening(self) -> bool:
+        return self._listening.is_set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="coordinator-listen", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread:
+            self._thread.join(5)
+
+    def _connect(self):
+        import psycopg2
+
+        db = database.obj
+        conn = psycopg2.connect(dbname=db.database, **db.connect_params)
+        conn.autocommit = True  # a LISTEN inside an open transaction would hear nothing until it ends
+        with conn.cursor() as cur:
+            cur.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            conn = None
+            try:
+                conn = self._connect()
+                self._listening.set()
+                self.on_notify()
+                while not self._stopping.is_set():
+                    # A timeout, so stop() is noticed; a notification ends the select at once.
+                    if select.select([conn], [], [], 0.5)[0]:
+                        conn.poll()
+                        if conn.notifies:
+                            conn.notifies.clear()
+                            self.on_notify()
+            except Exception as exc:  # any lost connection: listen again, and meanwhile poll
+                log.warning("listening for coordinator wake-ups failed (%s); reconnecting", exc)
+            finally:
+                self._listening.clear()
+                if conn is not None:
+                    with contextlib.suppress(Exception):  # closing a broken connection may fail too
+                        conn.close()
+            self._stopping.wait(RECONNECT_SECONDS)
