@@ -11,6 +11,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 BENCHMARKS = [
     "bench_store.py",
+    "bench_waiting.py",
 ]
 
 
