@@ -1,0 +1,63 @@
+"""Claiming due dependency waits, on each database: a batch is claimed in one transaction, coordinators
+racing for the same rows never claim one twice, and the next poll is the interval capped by the deadline."""
+
+import threading
+import uuid
+from datetime import timedelta
+
+from sidecar.domain.clock import utcnow
+from sidecar.store import db as store_db
+from sidecar.store import runs, waits
+from sidecar.store.models import DependencyWait, RemoteAgent
+
+
+def seed(count: int, *, due_in: float = -1.0, deadline_in: float = 3600.0, interval: float = 30.0) -> list[str]:
+    now = utcnow()
+    RemoteAgent.insert(name="research", url="http://127.0.0.1:9/", poll_interval_seconds=interval,
+                       deadline_seconds=3600, created_at=now, updated_at=now).on_conflict_ignore().execute()
+    ids = []
+    for _ in range(count):
+        run_id, wait_id = runs.create_run("be_user:7", "waits"), str(uuid.uuid4())
+        DependencyWait.insert(id=wait_id, run=run_id, generation=1, tool_call_id="call_1", remote_agent="research",
+                              outbound_id=str(uuid.uuid4()), checkpoint="sealed", key_fingerprint="f" * 16,
+                              since=now, deadline_at=now + timedelta(seconds=deadline_in),
+                              next_poll_at=now + timedelta(seconds=due_in)).execute()
+        ids.append(wait_id)
+    return ids
+
+
+def test_racing_coordinators_claim_every_due_wait_exactly_once(database_url):
+    ids = seed(60)
+    seed(5, due_in=3600)  # not due: never claimed
+    claimed: list[list[str]] = [[] for _ in range(4)]
+    start = threading.Barrier(4)
+
+    def coordinator(index: int) -> None:
+        try:
+            start.wait()
+            while batch := waits.claim_due(7):
+                claimed[index].extend(w.id for w in batch)
+        finally:
+            store_db.database.close()
+
+    threads = [threading.Thread(target=coordinator, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    every = [wait_id for part in claimed for wait_id in part]
+    assert sorted(every) == sorted(ids), "a due wait was claimed twice, or not at all"
+    assert waits.claim_due(100) == []
+
+
+def test_the_next_poll_is_the_interval_capped_by_the_deadline(database_url):
+    (soon,) = seed(1, deadline_in=5)
+    (later,) = seed(1, deadline_in=3600)
+    (passed,) = seed(1, deadline_in=-10)
+    now = utcnow()
+    claimed = {w.id: w.claimed_next_poll_at for w in waits.claim_due(10, now)}
+    assert claimed[later] == now + timedelta(seconds=30)
+    assert claimed[soon] == DependencyWait.get_by_id(soon).deadline_at
+    assert claimed[passed] == now + timedelta(seconds=30)  # past its deadline: paced by the interval
+    stored = {w.id: w.next_poll_at for w in DependencyWait.select()}
+    assert all(abs((stored[i] - claimed[i]).total_seconds()) < 0.001 for i in claimed)
