@@ -156,10 +156,12 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
 
 from .commands import keys_group, runs_group, token_group  # noqa: E402 - subcommand groups live in their own module
 from .grant_commands import grants_group  # noqa: E402
+from .outbound_commands import outbound_group  # noqa: E402
 
 main.add_command(token_group)
 main.add_command(runs_group)
 main.add_command(keys_group)
+main.add_command(outbound_group)
 main.add_command(grants_group)
 
 @main.command()

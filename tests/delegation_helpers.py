@@ -8,8 +8,9 @@ from sidecar.store.remote_agents import AgentFields
 A2A_DATABASES = ["sqlite", "postgresql"]  # the A2A flows run on these (architecture.md, "Real parts")
 
 
-def register(name: str, url: str, *, poll: float = 0.2, deadline: float = 600.0) -> None:
-    remote_agents.create_agent(name, AgentFields(url=url, poll_interval_seconds=poll, deadline_seconds=deadline))
+def register(name: str, url: str, *, poll: float = 0.2, deadline: float = 600.0, push: bool = False) -> None:
+    remote_agents.create_agent(name, AgentFields(url=url, poll_interval_seconds=poll, deadline_seconds=deadline,
+                                                 push=push))
 
 
 def delegating_run(agent: str, message: str, *, then: str = "Remote said: {last_tool_result}", **budget) -> str:

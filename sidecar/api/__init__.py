@@ -9,6 +9,7 @@ from ..plugins import plugin_manager
 from ..store import db
 from . import auth, decisions, grants, health, metrics, remote_agents, runs
 from . import compat as compat_views
+from . import push as push_views
 from .errors import SidecarApi
 
 SECURITY_SCHEME = "bearerToken"
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     api = SidecarApi(app)
     _document_common_parts(api)
     api.register_blueprint(health.blp)
+    api.register_blueprint(push_views.blp)
     api.register_blueprint(runs.blp)
     api.register_blueprint(metrics.blp)
     api.register_blueprint(compat_views.blp)

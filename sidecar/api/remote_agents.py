@@ -1,4 +1,5 @@
-"""Remote agents and the outbound journal (http-api.md, "Remote agents, outbound journal, push"): operators only.
+"""Remote agents, the outbound journal and its resend (http-api.md, "Remote agents, outbound journal, push"):
+operators only.
 
 Auth values are write-only: they are sealed before they are stored and no answer, log line or error
 message carries them.
@@ -7,19 +8,21 @@ message carries them.
 import json
 import logging
 import re
+import uuid
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
 from flask import current_app
 from flask.views import MethodView
 
+from ..delegation import resend
 from ..delegation.address_guard import AddressRefused, check_url
 from ..domain.clock import rfc3339
 from ..domain.errors import NotFound
 from ..store import outbound_listing
 from ..store import remote_agents as store
 from ..store.models import Outbound, RemoteAgent
-from .auth import roles
+from .auth import principal, roles
 from .errors import ApiError
 from .parsing import Blueprint
 from .remote_schemas import (
@@ -30,6 +33,7 @@ from .remote_schemas import (
     AgentSchema,
     OutboundListSchema,
     OutboundQuerySchema,
+    OutboundSchema,
 )
 
 log = logging.getLogger(__name__)
@@ -205,3 +209,26 @@ class OutboundJournal(MethodView):
             run_id=str(query["run_id"]) if "run_id" in query else None,
         )
         return {"items": [outbound_document(row) for row in rows]}
+
+
+@blp.route("/outbound/<outbound_id>/resend")
+class OutboundResend(MethodView):
+    @roles("operator", actor=False)
+    @errors(401, 403, 404, 409)
+    @blp.response(201, OutboundSchema)
+    def post(self, outbound_id):
+        """Resend a send row whose outcome is unknown, under a new message id (the old row `superseded`).
+        Reconciliation is tried first; anything but an `outcome_unknown` send its run still waits on is
+        409 not_resendable."""
+        try:
+            uuid.UUID(outbound_id)
+        except ValueError:
+            raise ApiError(404, "not_found", "no outbound row with that id") from None
+        try:
+            row = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"])
+        except NotFound as exc:
+            raise ApiError(404, "not_found", str(exc)) from None
+        except resend.NotResendable as exc:
+            raise ApiError(409, "not_resendable", str(exc)) from None
+        log.info("outbound %s resent by %s as %s", outbound_id, principal().label, row.id)
+        return outbound_document(row)

@@ -314,6 +314,44 @@ def read_card(base_url: str, *, allow=None, timeout: float = 10.0, max_bytes: in
                          auth_header=auth_header, auth_value=auth_value)
 
 
+# --- bodies as the journal stores them -----------------------------------------------------------------
+
+
+def push_target_of(body_text: str) -> PushTarget | None:
+    """The push config a journalled send body carries (a retry rebuilds the same body from it)."""
+    params = json.loads(body_text).get("params") or {}
+    config = params.get("configuration") or {}
+    push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
+    if isinstance(push, dict) and isinstance(push.get("url"), str) and isinstance(push.get("token"), str):
+        return PushTarget(push["url"], push["token"])
+    return None
+
+
+def resend_body(body_text: str, message_id: str) -> str:
+    """The same send under a new message id (an operator's resend): same text, context and push config."""
+    request = json.loads(body_text)
+    params = request["params"]
+    params["message"]["messageId"] = message_id
+    return _body(message_id, request["method"], params)
+
+
+def notification_task_id(notification) -> str | None:
+    """The task a push notification is about: a 1.0 StreamResponse (`task`, `statusUpdate`,
+    `artifactUpdate`, `message`) or the Task object a 0.3 peer posts."""
+    if not isinstance(notification, dict):
+        return None
+    for key, field in (("task", "id"), ("statusUpdate", "taskId"), ("artifactUpdate", "taskId"),
+                       ("message", "taskId")):
+        inner = notification.get(key)
+        if isinstance(inner, dict) and isinstance(inner.get(field), str):
+            return inner[field]
+    if notification.get("kind") == "task" or "status" in notification:
+        return notification.get("id") if isinstance(notification.get("id"), str) else None
+    if notification.get("kind") in ("status-update", "artifact-update"):
+        return notification.get("taskId") if isinstance(notification.get("taskId"), str) else None
+    return None
+
+
 # --- the client --------------------------------------------------------------------------------------
 
 
@@ -366,6 +404,10 @@ class A2AClient:
 
     def build_cancel(self, task_id: str) -> str:
         return _body(f"cancel-{task_id}", _METHODS[self.dialect]["cancel"], {"id": task_id})
+
+    def send_cancel(self, body_text: str, timeout: float | None = None) -> TaskView:
+        """Post exactly this cancel body (from build_cancel, as the journal stored it)."""
+        return self._task(body_text, timeout)
 
     # Calls -------------------------------------------------------------------------------------------
 

@@ -2,25 +2,36 @@
 
 A tick claims the due waits (advancing each one's next poll is the claim, so coordinators in several
 processes never poll one row twice), asks each remote agent for its task on a small thread pool, and
-resolves a wait when the task has an answer for the model. A run that waits holds no thread here
-between ticks: only due rows cost anything.
+resolves a wait when the task has an answer for the model. A wait's next poll is never later than its
+deadline, so the same claim finds deadlines: the delegation's deadline resumes the run with a timeout
+result, the run's own deadline ends it `failed`, and both journal a CancelTask that the tick then sends
+(delegation/cancels.py). A run that waits holds no thread here between ticks: only due rows cost anything.
+
+Wake-ups: a push or a cancel in this process wakes the loop at once. Across processes, on PostgreSQL, a
+dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time (at most
+IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due index every TICK_SECONDS.
 """
 
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from ..domain.vocabulary import TerminationReason
-from ..store import outbound, remote_agents, waits
+from .. import metrics, wakeup
+from ..domain.clock import utcnow
+from ..domain.vocabulary import OutboundOutcome, TerminationReason
+from ..store import notify, outbound, remote_agents, waits
 from ..store.models import DependencyWait
-from . import remote
-from .results import lost_task_text, result_text
+from . import cancels, reconcile, remote
+from .results import lost_task_text, refused_text, result_text, timeout_text, unreachable_text
 from .types import TASK_NOT_FOUND, RemoteError
 
 log = logging.getLogger("nrllm_sidecar.coordinator")
 
 # Between ticks: the due index is polled at most this often (pushes and same-process wake-ups are sooner).
 TICK_SECONDS = 0.25
+# With LISTEN/NOTIFY: the longest sleep when nothing is due sooner (a notification lost while the
+# listening connection was down is made up for by then).
+IDLE_SECONDS = 10.0
 
 
 class Coordinator:
@@ -32,14 +43,22 @@ class Coordinator:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listener: notify.Listener | None = None
 
     def start(self) -> None:
+        wakeup.subscribe_coordinator(self._wake)
+        if notify.can_listen():
+            self._listener = notify.Listener(self._wake.set)
+            self._listener.start()
         self._thread = threading.Thread(target=self._loop, name="coordinator", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
+        wakeup.unsubscribe_coordinator(self._wake)
+        if self._listener:
+            self._listener.stop()
         if self._thread:
             self._thread.join(10)
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -49,12 +68,27 @@ class Coordinator:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
+            busy = False
             try:
-                self.tick()
+                busy = self.tick() >= self.batch
+                self.send_cancels()
             except Exception:
                 log.exception("coordinator tick failed; trying again at the next tick")
-            self._wake.wait(self.tick_seconds)
+            if busy:
+                continue  # more may be due than one batch
+            self._wake.wait(self._sleep_seconds())
             self._wake.clear()
+
+    def _sleep_seconds(self) -> float:
+        if self._listener is None or not self._listener.listening:
+            return self.tick_seconds
+        try:
+            due = waits.earliest_due()
+        except Exception:
+            log.exception("reading the next due time failed")
+            return self.tick_seconds
+        until = (due - utcnow()).total_seconds() if due else IDLE_SECONDS
+        return min(IDLE_SECONDS, max(self.tick_seconds, until))
 
     def tick(self) -> int:
         """Claim what is due and poll it; returns how many waits were polled."""
@@ -62,6 +96,13 @@ class Coordinator:
         for finished in [self._pool.submit(self.poll, wait) for wait in due]:
             finished.result()
         return len(due)
+
+    def send_cancels(self) -> int:
+        """Send the journalled CancelTask rows that are due; returns how many were looked at."""
+        rows = cancels.due()
+        for finished in [self._pool.submit(cancels.send, row, self.settings) for row in rows]:
+            finished.result()
+        return len(rows)
 
     def poll(self, wait: DependencyWait) -> None:
         try:
@@ -77,12 +118,29 @@ class Coordinator:
             return
         if wait.unsealable:
             waits.mark_unsealable(wait.id, False)
-        # The journal row the sealed checkpoint names holds the task id (reconciliation may have found it since).
-        journalled = outbound.get(checkpoint["outbound_id"])
-        task_id = journalled.remote_task_id if journalled else None
-        agent = remote_agents.get_agent(wait.remote_agent)
-        if agent is None or not task_id:
+        # The wait names the journal row it waits on now (an operator's resend moves it on); it must be the
+        # row the sealed checkpoint names, or a resend of it.
+        row = outbound.get(wait.outbound_id)
+        if row is None or not outbound.descends_from(row, checkpoint["outbound_id"]):
+            log.error("run %s: wait %s names a journal row its checkpoint does not", wait.run_id, wait.id)
             return
+        if self._deadline(wait, checkpoint):
+            return
+        agent = remote_agents.get_agent(wait.remote_agent)
+        if agent is None:
+            return
+        if row.outcome == OutboundOutcome.OUTCOME_UNKNOWN:
+            row = self._reconcile(wait, row, agent)
+        if row.outcome in (OutboundOutcome.REJECTED, OutboundOutcome.NOT_DELIVERED):
+            # Only an operator's resend leaves a wait on such a row: answer as the first send would have.
+            text_of = refused_text if row.outcome == OutboundOutcome.REJECTED else unreachable_text
+            text = text_of(agent.name, row.error)
+            self._resolve(wait, checkpoint, text, {"outbound_id": row.id, "outcome": row.outcome})
+            return
+        task_id = row.remote_task_id
+        if row.outcome != OutboundOutcome.ACCEPTED or not task_id:
+            return
+        metrics.POLLS.inc()
         try:
             task = remote.client_for(agent, self.settings).get_task(task_id)
         except RemoteError as exc:
@@ -96,6 +154,37 @@ class Coordinator:
             return
         if task.finished:
             self._resolve(wait, checkpoint, result_text(task), {"remote_task_id": task_id, "state": task.state})
+
+    def _deadline(self, wait, checkpoint: dict) -> bool:
+        """Act on a deadline that passed (True); the CancelTask row is committed with the resolution."""
+        now = utcnow()
+        run_deadline = waits.run_deadline_of(wait)
+        if run_deadline is not None and run_deadline <= now:
+            detail = {"run_deadline_at": run_deadline.isoformat()}
+            if waits.fail(wait, TerminationReason.DEADLINE_EXCEEDED, detail, cancel_remote=True):
+                log.info("run %s: its deadline passed while it waited on %s; failed", wait.run_id, wait.remote_agent)
+            return True
+        if wait.deadline_at <= now:
+            detail = {"deadline_at": wait.deadline_at.isoformat()}
+            if waits.resolve(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
+                             resolution="timeout", detail=detail, cancel_remote=True):
+                log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
+            return True
+        return False
+
+    def _reconcile(self, wait, row, agent):
+        """An unknown outcome is claimed before its deadline only after a push: look for the task."""
+        try:
+            found = reconcile.try_find(remote.client_for(agent, self.settings), row)
+        except remote.Unreachable as exc:
+            log.warning("run %s: %s unreachable: %s", wait.run_id, agent.name, exc)
+            found = None
+        if found is not None and outbound.record_found(row.id, found.id):
+            log.info("run %s: reconciliation found task %s at %s", wait.run_id, found.id, agent.name)
+        row = outbound.get(row.id)
+        if row.outcome == OutboundOutcome.OUTCOME_UNKNOWN and hasattr(wait, "claimed_next_poll_at"):
+            waits.park(wait, waits.earliest(wait.deadline_at, waits.run_deadline_of(wait)))
+        return row
 
     def _resolve(self, wait, checkpoint: dict, text: str, detail: dict) -> None:
         if waits.resolve(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail):

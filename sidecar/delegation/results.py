@@ -1,6 +1,9 @@
 """The tool result texts of a delegation, exactly as http-api.md's built-in tools table says. Pure."""
 
+from datetime import datetime
+
 from sidecar.delegation.types import INTERRUPTED_STATES, TaskView
+from sidecar.domain.clock import rfc3339
 
 
 def result_text(task: TaskView) -> str | None:
@@ -21,3 +24,16 @@ def result_text(task: TaskView) -> str | None:
 def lost_task_text(task_id: str) -> str:
     """The result when the remote answers -32001 for a task it had accepted (it restarted or forgot)."""
     return f"error: the remote agent no longer knows task {task_id}"
+
+
+def timeout_text(deadline: datetime) -> str:
+    """The result when the delegation's deadline passed before the remote task had an answer."""
+    return f"timeout: no answer from the remote agent by the deadline {rfc3339(deadline)}"
+
+
+def refused_text(agent: str, error: str | None) -> str:
+    return f"error: remote agent {agent} refused the message: {error}"
+
+
+def unreachable_text(agent: str, error: str | None) -> str:
+    return f"error: remote agent {agent} unreachable: {error}"

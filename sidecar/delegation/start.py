@@ -4,10 +4,20 @@ The order is the promise: the request is committed to the journal (with the gate
 leaves; what the send did is recorded; only then does the run suspend (or, when the remote answered
 already, the result is given at once). A retried segment lands on the same journal row (the message id is
 derived from the run and the tool-call id) and never sends twice.
+
+A send whose answer is lost (`outcome_unknown`) is reconciled at once, read-only, before the run
+suspends: a task found is waited on as if the answer had come.
+
+Pushes: when the agent's record says `push`, its card says `pushNotifications` and NRLLM_PUBLIC_URL is
+set, the send carries an inline push config with the webhook URL and a fresh token of this delegation.
+The token is inside the journalled request body (the exact text that leaves must be journalled); the
+wait keeps only its SHA-256. A retried segment takes the push config back from the journalled body, so
+it rebuilds the very same body.
 """
 
+import dataclasses
 import logging
-import uuid
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -17,22 +27,18 @@ from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, remote_agents, waits
 from ..store.models import Run
 from ..store.status_guard import StatusNotWritable
-from . import remote
+from . import reconcile, remote
+from .a2a import PushTarget, push_target_of
+from .ids import ID_NAMESPACE, context_id_for, message_id_for  # noqa: F401 - the ids' home used to be here
 from .results import result_text
 from .types import SendResult
 
 log = logging.getLogger("nrllm_sidecar.delegation")
 
-# Fixed namespace: message and context ids are derived, so a retried segment derives the same ones.
-ID_NAMESPACE = uuid.UUID("2f8c8f1e-8d6b-4f6e-9b1a-281281281281")
-
-
-def message_id_for(run_id: str, tool_call_id: str, resend_count: int = 0) -> str:
-    return str(uuid.uuid5(ID_NAMESPACE, f"message/{run_id}/{tool_call_id}/{resend_count}"))
-
-
-def context_id_for(run_id: str, tool_call_id: str) -> str:
-    return str(uuid.uuid5(ID_NAMESPACE, f"context/{run_id}/{tool_call_id}"))
+PUSH_PATH = "/api/v1/push"
+# A push that arrives before the suspension is committed cannot be matched to a wait yet (401, and A2A
+# peers do not retry): a delegation with pushes is polled once this soon after it starts waiting.
+FIRST_POLL_WITH_PUSH_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,9 @@ def start(call: DelegationCall, settings) -> Started:
     task_id = call.arguments.get("task_id")
     context_id = (outbound.context_of_task(run.id, task_id) if task_id else None) or context_id_for(
         run.id, call.tool_call_id)
-    body = client.build_send(message_id_for(run.id, call.tool_call_id), context_id, call.arguments["message"],
-                             task_id=task_id)
+    message_id = message_id_for(run.id, call.tool_call_id)
+    body = client.build_send(message_id, context_id, call.arguments["message"], task_id=task_id,
+                             push=_push_target(run.id, message_id, agent, client, settings))
     if run.max_bytes is not None and run.bytes_used + len(body) > run.max_bytes:
         return error(f"transfer budget exhausted ({run.bytes_used} of {run.max_bytes} bytes used)")
     try:
@@ -91,8 +98,22 @@ def start(call: DelegationCall, settings) -> Started:
         failpoints.reached("delegation.after_send")
         row = segment.guarded(outbound.record_outcome, row.id, sent.outcome,
                               remote_task_id=sent.task.id if sent.task else None, error=sent.error)
+        if sent.outcome == OutboundOutcome.OUTCOME_UNKNOWN and (found := reconcile.try_find(client, row)):
+            row = segment.guarded(outbound.record_found_fenced, row.id, found.id)
+            if row.outcome == OutboundOutcome.ACCEPTED:
+                sent = dataclasses.replace(sent, outcome=row.outcome, task=found, error=None)
         return _after_send(call, run, agent, row, sent, len(body), settings)
     return _after_retry(call, run, agent, row, settings)
+
+
+def _push_target(run_id: str, message_id: str, agent, client, settings) -> PushTarget | None:
+    journalled = outbound.by_message_id(message_id)
+    if journalled is not None:
+        return push_target_of(journalled.request_body)  # a retry: the same body as the first attempt
+    if not (agent.push and client.endpoint.push_supported and settings.public_url):
+        return None
+    # The run id leads the token so the webhook finds the wait without an index on secrets.
+    return PushTarget(settings.public_url.rstrip("/") + PUSH_PATH, f"{run_id}.{secrets.token_urlsafe(32)}")
 
 
 def _after_send(call, run, agent, row, sent: SendResult, sent_bytes: int, settings) -> Started:
@@ -129,6 +150,10 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
     now = utcnow()
     deadline_at = now + timedelta(seconds=agent.deadline_seconds)
     known = row.outcome == OutboundOutcome.ACCEPTED and row.remote_task_id
+    push = push_target_of(row.request_body)
+    first_poll = agent.poll_interval_seconds
+    if push:
+        first_poll = min(first_poll, FIRST_POLL_WITH_PUSH_SECONDS)
     checkpoint, fingerprint = remote.seal_checkpoint({
         "run_id": run.id, "tool_call_id": call.tool_call_id, "turn_index": call.turn_index,
         "remote_agent": agent.name, "remote_task_id": row.remote_task_id, "outbound_id": row.id,
@@ -143,8 +168,10 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         tool_call_id=call.tool_call_id, turn_index=call.turn_index, remote_agent=agent.name, outbound_id=row.id,
         outcome=row.outcome, remote_task_id=row.remote_task_id, checkpoint=checkpoint, key_fingerprint=fingerprint,
         deadline_at=deadline_at,
-        # Nothing to poll while the outcome is unknown: only reconciliation or an operator moves it on.
-        next_poll_at=now + timedelta(seconds=agent.poll_interval_seconds) if known else None,
+        # Nothing to poll while the outcome is unknown: only reconciliation (a push, the deadline) or an
+        # operator moves it on.
+        next_poll_at=now + timedelta(seconds=first_poll) if known else None,
+        push_token_sha256=waits.push_token_digest(push.token) if push else None,
     )
     call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)
     log.info("run %s waits on %s (%s)", run.id, agent.name, row.outcome)

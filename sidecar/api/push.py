@@ -1,0 +1,43 @@
+"""POST /api/v1/push: the A2A push-notification webhook (http-api.md). Public: the remote agent shows the
+delegation's own token instead of a bearer token of ours (delegation/push.py has the rules)."""
+
+from flask import request
+from flask.views import MethodView
+
+from .. import metrics
+from ..delegation import push
+from .auth import public
+from .errors import ApiError
+from .parsing import Blueprint, json_object
+
+blp = Blueprint("push", __name__, url_prefix="/api/v1", description="Push notifications from remote agents")
+
+
+def _presented_token() -> str | None:
+    token = request.headers.get(push.TOKEN_HEADER, "").strip()
+    if token:
+        return token
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() or None if scheme.lower() == "bearer" else None
+
+
+@blp.route("/push")
+@public()
+class PushNotification(MethodView):
+    @blp.doc(security=[], responses={400: "BAD_REQUEST", 401: "UNAUTHORIZED", 404: "NOT_FOUND", 413: "TOO_LARGE"},
+             description=f"The delegation's token in `{push.TOKEN_HEADER}` or `Authorization: Bearer`; the body "
+                         "is an A2A StreamResponse (or a 0.3 Task). It only makes the coordinator look sooner.")
+    @blp.response(204)
+    def post(self):
+        """Receive an A2A push notification for a delegation."""
+        try:
+            # The token first: an unauthenticated caller learns nothing, not even how bodies are read.
+            wait = push.authenticate(_presented_token())
+            push.receive(wait, json_object(request.get_data(cache=True)))
+        except push.Unauthenticated as exc:
+            metrics.PUSHES.labels("unauthenticated").inc()
+            raise ApiError(401, "unauthenticated", str(exc)) from None
+        except push.NotThisDelegation as exc:
+            metrics.PUSHES.labels("not_found").inc()
+            raise ApiError(404, "not_found", str(exc)) from None
+        metrics.PUSHES.labels("accepted").inc()

@@ -1,0 +1,123 @@
+"""Pushes from real a2a-sdk peers to the sidecar's webhook, on SQLite and PostgreSQL: a bad token is 401
+and changes nothing, a valid push with a 60 s poll interval resumes the run in under a second (in this
+process, and across processes: LISTEN/NOTIFY on PostgreSQL, the due index on SQLite), and a push for a
+delegation whose outcome is unknown triggers reconciliation."""
+
+import json
+import time
+
+import pytest
+
+from sidecar.delegation.a2a import push_target_of
+from sidecar.store import waits
+from sidecar.store.models import DependencyWait, Outbound, RunEvent
+from tests.api_helpers import TEST_SECRET_KEY
+from tests.delegation_helpers import A2A_DATABASES, delegating_run, register, tool_results
+from tests.helpers import run_row, start_worker, stop_process, wait_until
+
+pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
+pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+
+
+def completion_latency(webhook, run_id: str) -> float:
+    """Seconds from the last accepted push before the run completed to the run's completion."""
+    wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to complete")
+    finished = run_row(run_id).finished_at
+    pushed = webhook.last_push_before(finished)
+    assert pushed is not None, "the run completed before any accepted push"
+    return (finished - pushed).total_seconds()
+
+
+def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, start_push_worker, client):
+    peer = peers.start(card="1.0", push=True)
+    register("research", peer.url, poll=60, push=True)
+    run_id = delegating_run("research", "work:30:slow answer")
+    start_push_worker(concurrency=1)
+    wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
+    (row,) = Outbound.select()
+    target = push_target_of(row.request_body)
+    assert target.url == webhook.url + "/api/v1/push"
+    wait = waits.current(run_id)
+    assert wait.push_token_sha256 == waits.push_token_digest(target.token)
+    assert target.token not in json.dumps([wait.checkpoint, wait.push_token_sha256])
+    wait_until(lambda: peer.calls["GetTask"] >= 1, what="the first poll")
+    time.sleep(0.5)  # pushes the peer made when the task started have arrived by now
+    polls = peer.calls["GetTask"]
+    before = (DependencyWait.get_by_id(wait.id).next_poll_at, RunEvent.select().count(), run_row(run_id).status)
+    notification = {"statusUpdate": {"taskId": row.remote_task_id, "contextId": row.context_id,
+                                     "status": {"state": "TASK_STATE_COMPLETED"}}}
+
+    for headers in ({}, {"X-A2A-Notification-Token": "not-a-token"},
+                    {"X-A2A-Notification-Token": target.token + "x"},
+                    {"Authorization": f"Bearer {run_id}.{'A' * 43}"},
+                    {"Authorization": f"Basic {target.token}"}):
+        answer = client.post("/api/v1/push", json=notification, headers=headers)
+        assert answer.status_code == 401, headers
+        assert answer.get_json()["code"] == "unauthenticated"
+    other_task = {"statusUpdate": {"taskId": "another-task", "status": {"state": "TASK_STATE_COMPLETED"}}}
+    answer = client.post("/api/v1/push", json=other_task, headers={"X-A2A-Notification-Token": target.token})
+    assert (answer.status_code, answer.get_json()["code"]) == (404, "not_found")
+    assert (DependencyWait.get_by_id(wait.id).next_poll_at, RunEvent.select().count(),
+            run_row(run_id).status) == before
+    assert peer.calls["GetTask"] == polls
+
+    # Either header carries a valid token; the push only brings the poll forward (the task still works).
+    answer = client.post("/api/v1/push", json=notification, headers={"Authorization": f"Bearer {target.token}"})
+    assert answer.status_code == 204 and answer.data == b""
+    wait_until(lambda: peer.calls["GetTask"] == polls + 1, what="the pushed poll")
+    time.sleep(0.3)
+    assert run_row(run_id).status == "waiting_for_dependency" and tool_results(run_id) == []
+    assert DependencyWait.get_by_id(wait.id).next_poll_at > before[0]
+
+
+def test_a_push_resumes_a_run_polled_every_60s_in_under_a_second(settings, peers, webhook, start_push_worker):
+    peer = peers.start(card="1.0", push=True)
+    register("research", peer.url, poll=60, push=True)
+    run_id = delegating_run("research", "work:3:pushed answer")
+    start_push_worker(concurrency=1, tick=0.25)
+    latency = completion_latency(webhook, run_id)
+    assert latency < 1.0, f"push to completion took {latency:.3f}s"
+    assert run_row(run_id).output == "Remote said: pushed answer"
+    # The first poll (a second after the suspension) and the pushed ones: nothing like a 60 s schedule.
+    assert peer.calls["GetTask"] <= 4 and peer.task_count == 1
+
+
+@pytest.fixture
+def sealing_key():
+    return TEST_SECRET_KEY  # the worker process seals with the key of the environment
+
+
+def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, peers, webhook, tmp_path):
+    """The webhook answers in this process; the coordinator polls in a worker process. On PostgreSQL it
+    sleeps until the next due time (60 s away, at most 10 s) and only NOTIFY can wake it this soon."""
+    peer = peers.start(card="1.0", push=True)
+    register("research", peer.url, poll=60, push=True)
+    run_id = delegating_run("research", "work:4:answer from afar")
+    env = {"NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": webhook.url}
+    worker = start_worker(database_url, lease=5.0, env=env, log_path=tmp_path / "worker.log")
+    try:
+        latency = completion_latency(webhook, run_id)
+        assert latency < 1.0, f"push to completion across processes took {latency:.3f}s"
+        assert run_row(run_id).output == "Remote said: answer from afar"
+    finally:
+        stop_process(worker)
+
+
+def test_a_push_for_an_unknown_outcome_triggers_reconciliation(settings, peers, webhook, start_push_worker):
+    peer = peers.start(card="1.0", push=True)
+    # The send's answer is lost, and so is the ListTasks right after it: the outcome stays unknown.
+    proxy = peers.lossy_proxy(peer, drop=("SendMessage", "ListTasks"))
+    register("research", proxy.url, poll=60, push=True)
+    run_id = delegating_run("research", "work:3:found again")
+    start_push_worker(concurrency=1)
+    wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
+    (row,) = Outbound.select()
+    assert row.outcome == "outcome_unknown" and proxy.forwarded["ListTasks"] == 1
+    proxy.drop.clear()
+
+    wait_until(lambda: run_row(run_id).status == "completed", timeout=20, what="the push to lead to the answer")
+    assert run_row(run_id).output == "Remote said: found again"
+    found = Outbound.get_by_id(row.id)
+    assert (found.outcome, found.remote_task_id) == ("accepted", peer.tasks_in(row.context_id)[0])
+    assert proxy.forwarded["ListTasks"] >= 2 and peer.task_count == 1
+    assert Outbound.select().count() == 1  # found, never resent
