@@ -50,6 +50,7 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
+        self._lifecycle = threading.Lock()
         self._loop_thread: threading.Thread | None = None
         self._heartbeat_thread: threading.Thread | None = None
 
@@ -57,6 +58,10 @@ class Worker:
 
     def start(self) -> None:
         """Start the loop and heartbeat threads and return (serve's embedded worker)."""
+        with self._lifecycle:  # a SIGTERM during start-up stops what start() started, after it
+            self._start()
+
+    def _start(self) -> None:
         wakeup.subscribe(self._wake)
         self._loop_thread = threading.Thread(target=self._loop, name="worker-loop", daemon=True)
         self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True)
@@ -76,6 +81,10 @@ class Worker:
 
     def stop(self, grace: float) -> None:
         """Stop claiming; let segments in flight finish for `grace` seconds, then release the rest."""
+        with self._lifecycle:
+            self._stop(grace)
+
+    def _stop(self, grace: float) -> None:
         self._stopping.set()
         self._wake.set()
         try:
