@@ -1,0 +1,126 @@
+"""The store's guards around a dependency wait on SQLite, PostgreSQL and MariaDB (no remote agent needed):
+a cancel racing a resolution ends the wait once; two deadline resolutions journal one CancelTask; resends
+racing a reconciliation leave exactly one winner; a wait's next poll never passes its deadline."""
+
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from sidecar.domain.clock import utcnow
+from sidecar.domain.errors import InvalidState
+from sidecar.domain.lease import LeasePolicy
+from sidecar.store import db, leases, outbound, resends, runs, status_guard, waits
+from sidecar.store.models import DependencyWait, Outbound, ToolResult
+from sidecar.store.remote_agents import AgentFields, create_agent
+from tests.helpers import run_row
+
+LEASE = LeasePolicy(30)
+
+
+@pytest.fixture(autouse=True)
+def open_gate(database_url):
+    status_guard.install(lambda status, origin: None)  # every status may be written
+    yield
+    status_guard.install(None)
+
+
+def waiting_run(*, outcome: str = "accepted", deadline_in: float = 3600, poll: float | None = 60) -> DependencyWait:
+    """A run suspended on a journalled send (accepted with task `task-<run>`, or another outcome)."""
+    run_id = runs.create_run("owner", "x", wake=False)
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    row, _ = outbound.record_send(claim, owner="owner", remote_agent="research", message_id=str(uuid.uuid4()),
+                                  tool_call_id="call_1", context_id=str(uuid.uuid4()), body='{"x": 1}')
+    task_id = f"task-{run_id}" if outcome == "accepted" else None
+    outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
+    now = utcnow()
+    suspension = waits.Suspension(
+        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=outcome,
+        remote_task_id=task_id, checkpoint="sealed", key_fingerprint="f" * 16,
+        deadline_at=now + timedelta(seconds=deadline_in),
+        next_poll_at=now + timedelta(seconds=poll) if poll is not None else None)
+    waits.suspend(claim, suspension, delegations=1, bytes_used=8)
+    return waits.current(run_id)
+
+
+def race(*actions) -> list:
+    barrier, results = threading.Barrier(len(actions)), [None] * len(actions)
+
+    def run(i, action):
+        try:
+            barrier.wait(30)
+            results[i] = action()
+        except Exception as exc:  # noqa: BLE001 - the test looks at what each racer got
+            results[i] = exc
+        finally:
+            db.database.close()
+
+    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(actions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
+
+
+def cancel_rows(run_id: str) -> int:
+    return Outbound.select().where(Outbound.run == run_id, Outbound.kind == "cancel").count()
+
+
+def test_a_cancel_racing_a_resolution_ends_the_wait_once(database_url):
+    for _ in range(10):
+        wait = waiting_run()
+        resolved, cancelled = race(lambda w=wait: waits.resolve(w, turn_index=0, result="the answer"),
+                                   lambda w=wait: runs.request_cancel(w.run_id, by="test"))
+        assert cancelled == "cancelled" or isinstance(cancelled, InvalidState), cancelled
+        run, closed = run_row(wait.run_id), DependencyWait.get_by_id(wait.id)
+        answered = ToolResult.select().where(ToolResult.run == wait.run_id).count()
+        if resolved:  # the answer won; the cancel then found a queued run
+            assert (closed.resolution, answered, cancel_rows(wait.run_id)) == ("result", 1, 0)
+        else:  # the cancel won: no answer, one pending CancelTask
+            assert (closed.resolution, answered, cancel_rows(wait.run_id)) == ("cancelled", 0, 1)
+            assert Outbound.get(Outbound.run == wait.run_id, Outbound.kind == "cancel").outcome == "pending"
+        assert run.status == "cancelled"
+
+
+def test_two_deadline_resolutions_journal_one_cancel_task(database_url):
+    wait = waiting_run()
+    results = race(*[lambda: waits.resolve(wait, turn_index=0, result="timeout: x", resolution="timeout",
+                                           cancel_remote=True)] * 4)
+    assert sorted(results) == [False, False, False, True]
+    (row,) = Outbound.select().where(Outbound.kind == "cancel")
+    assert (row.outcome, row.remote_task_id, row.request_body) == ("pending", f"task-{wait.run_id}", "")
+    assert run_row(wait.run_id).status == "queued"
+
+
+def test_resends_racing_a_reconciliation_leave_one_winner(database_url):
+    for _ in range(5):
+        wait = waiting_run(outcome="outcome_unknown", poll=None)
+        old = outbound.get(wait.outbound_id)
+
+        def resend(n, old_id=old.id):
+            return lambda: resends.resend(old_id, f"{old_id}-resend-{n}", '{"x": 2}')
+
+        results = race(resend(1), resend(2), lambda old_id=old.id: outbound.record_found(old_id, "found-task"),
+                       resend(3))
+        won = [r for r in results if r is True or isinstance(r, resends.Resend)]
+        assert len(won) == 1, results
+        assert all(isinstance(r, (bool, resends.Resend, resends.NotResendable)) for r in results), results
+        current = DependencyWait.get_by_id(wait.id)
+        if won[0] is True:
+            assert (outbound.get(old.id).outcome, current.outbound_id) == ("accepted", old.id)
+        else:
+            assert outbound.get(old.id).outcome == "superseded" and current.outbound_id == won[0].row.id
+        assert Outbound.select().where(Outbound.resend_of == old.id).count() == (0 if won[0] is True else 1)
+
+
+def test_a_waits_next_poll_never_passes_its_deadline(database_url):
+    create_agent("research", AgentFields(url="http://agent.example", poll_interval_seconds=60, deadline_seconds=1))
+    unknown = waiting_run(outcome="outcome_unknown", poll=None, deadline_in=30)
+    assert DependencyWait.get_by_id(unknown.id).next_poll_at == unknown.deadline_at  # nothing to poll before
+    soon = waiting_run(deadline_in=0.2)
+    assert DependencyWait.get_by_id(soon.id).next_poll_at == soon.deadline_at
+    waits.poll_now(soon.id)
+    (claimed,) = waits.claim_due(10)
+    assert claimed.id == soon.id and DependencyWait.get_by_id(soon.id).next_poll_at == soon.deadline_at
