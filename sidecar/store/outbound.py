@@ -100,6 +100,12 @@ def get(outbound_id: str) -> Outbound | None:
     return Outbound.get_or_none(Outbound.id == outbound_id)
 
 
+def get_many(outbound_ids) -> dict[str, Outbound]:
+    """Rows by id in one query (a coordinator tick reads the rows of its whole batch at once)."""
+    ids = list(set(outbound_ids))
+    return {row.id: row for row in Outbound.select().where(Outbound.id.in_(ids))} if ids else {}
+
+
 def by_message_id(message_id: str) -> Outbound | None:
     return Outbound.get_or_none(Outbound.message_id == message_id)
 
