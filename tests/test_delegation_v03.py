@@ -1,18 +1,22 @@
 """Delegation to a peer whose card says A2A 0.3 (as the a2a-sdk serves it, and a pre-1.0 card): the
-sidecar speaks `message/send` with `blocking: false`, `tasks/get` and lowercase states, and never a 1.0
-method; a real a2a-sdk peer through its 0.3 compatibility routes, on SQLite and PostgreSQL."""
+sidecar speaks `message/send` with `blocking: false`, `tasks/get`, `tasks/cancel` and lowercase states,
+and never a 1.0 method; a real a2a-sdk peer through its 0.3 compatibility routes, on SQLite and
+PostgreSQL. The happy path, an input-required follow-up, the result texts, a cancel while waiting, and
+both deadlines."""
 
 import json
+import time
 
 import pytest
 
+from sidecar.delegation.a2a import A2AClient, read_card
 from sidecar.store import runs, waits
-from sidecar.store.models import Outbound, RemoteAgent, Run
+from sidecar.store.models import DependencyWait, Outbound, RemoteAgent, Run
 from tests.api_helpers import ACTOR
-from tests.delegation_helpers import A2A_DATABASES, register, tool_results
+from tests.delegation_helpers import A2A_DATABASES, events_of, register, tool_results
 from tests.helpers import run_row, wait_until
 
-pytest_plugins = ["tests.delegation_support"]
+pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
 pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
 
 V03_CARDS = ["0.3", "0.3-legacy"]
@@ -43,6 +47,27 @@ def sent_request(row: Outbound) -> dict:
 
 def assert_spoke_only_0_3(peer) -> None:
     assert not V10_METHODS & set(peer.calls), f"a 1.0 method reached a 0.3 peer: {dict(peer.calls)}"
+
+
+def remote_state(peer, task_id: str) -> str:
+    client = A2AClient(read_card(peer.url, allow=["127.0.0.1"]), allow=["127.0.0.1"])
+    assert client.dialect == "0.3"
+    return client.get_task(task_id).state
+
+
+def the_cancel() -> Outbound:
+    return Outbound.get(Outbound.kind == "cancel")
+
+
+def assert_one_tasks_cancel(peer, send: Outbound) -> None:
+    wait_until(lambda: the_cancel().outcome == "accepted", what="the tasks/cancel to be answered")
+    cancel = the_cancel()
+    assert json.loads(cancel.request_body)["method"] == "tasks/cancel"
+    assert cancel.remote_task_id == send.remote_task_id
+    wait_until(lambda: remote_state(peer, send.remote_task_id) == "canceled", what="the remote task to be canceled")
+    time.sleep(1)  # many ticks later: nothing sent again
+    assert peer.calls["tasks/cancel"] == 1 and peer.calls["message/send"] == 1
+    assert_spoke_only_0_3(peer)
 
 
 @pytest.mark.parametrize("card", V03_CARDS)
@@ -117,3 +142,50 @@ def test_what_a_0_3_task_ends_with_is_the_tool_result(settings, peers, start_wor
     assert (run.status, run.output) == ("completed", f"Remote said: {text}")
     assert peer.calls["message/send"] == 1
     assert_spoke_only_0_3(peer)
+
+
+@pytest.mark.parametrize("card", V03_CARDS)
+def test_cancelling_a_run_waiting_on_a_0_3_peer_sends_one_tasks_cancel(settings, peers, start_worker, client,
+                                                                     host_headers, card):
+    peer = peers.start(card=card)
+    register("legacy", peer.url, poll=60)
+    run_id = scripted_run(delegate("work:30:never needed"), FINAL)
+    start_worker(concurrency=1, coordinators=2)
+    wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
+
+    answer = client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers)
+    assert (answer.status_code, answer.get_json()["status"]) == (200, "cancelled")
+    assert DependencyWait.get().resolution == "cancelled"
+    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
+    assert run_row(run_id).status == "cancelled" and tool_results(run_id) == []
+
+
+def test_the_delegations_deadline_on_a_0_3_peer_gives_timeout_and_one_tasks_cancel(settings, peers, start_worker):
+    peer = peers.start(card="0.3-legacy")
+    register("legacy", peer.url, poll=0.2, deadline=1.0)
+    run_id = scripted_run(delegate("work:30:too late"), FINAL)
+    start_worker(concurrency=1, coordinators=2)
+    run = finished(run_id)
+
+    assert run.status == "completed" and run.output.startswith("Remote said: timeout: ")
+    assert DependencyWait.get().resolution == "timeout"
+    (result,) = tool_results(run_id)
+    assert result.startswith("timeout: no answer from the remote agent by the deadline ")
+    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
+    assert peer.calls["tasks/get"] >= 1
+
+
+def test_the_runs_deadline_on_a_0_3_peer_cancels_the_task_and_fails_the_run(settings, peers, start_worker):
+    peer = peers.start(card="0.3")
+    register("legacy", peer.url, poll=0.2, deadline=600)
+    run_id = runs.create_run(ACTOR, "0.3 deadline", spec={"provider": "scripted",
+                                                          "script": [delegate("work:30:too late"), FINAL]},
+                             budget={"deadline_seconds": 1.5})
+    start_worker(concurrency=1)
+    run = finished(run_id)
+
+    assert (run.status, run.termination_reason) == ("failed", "deadline_exceeded")
+    assert DependencyWait.get().resolution == "deadline_exceeded" and tool_results(run_id) == []
+    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
+    assert [e["note"] for e in events_of(run_id, "outbound") if e["kind"] == "cancel"] == [
+        "cancel journalled before sending", "cancel sent"]
