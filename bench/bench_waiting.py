@@ -331,11 +331,14 @@ def misses(rows: list[Row]) -> list[str]:
     return found
 
 
-def start_peer() -> tuple[subprocess.Popen, str]:
-    code = ("import sys; from tests.a2a_peer import Peer; p = Peer(card='1.0').start(); "
+def start_peer(push: bool = False) -> tuple[subprocess.Popen, str]:
+    """A real a2a-sdk peer (tests/a2a_peer.py) in its own process, until its standard input closes."""
+    code = (f"import sys; from tests.a2a_peer import Peer; p = Peer(card='1.0', push={push}).start(); "
             "print(p.url, flush=True); sys.stdin.read()")
+    # Its log is not shown: the sdk logs a traceback for every push the sidecar refuses (a push that
+    # arrives before the wait it is for was committed is 401, and is never retried).
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+                            stderr=subprocess.DEVNULL, text=True)
     return proc, proc.stdout.readline().strip()
 
 

@@ -12,6 +12,7 @@ BENCH = Path(__file__).resolve().parent
 BENCHMARKS = [
     "bench_store.py",
     "bench_waiting.py",
+    "bench_push.py",
     "bench_decisions.py",
 ]
 

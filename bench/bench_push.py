@@ -1,0 +1,177 @@
+"""Push-to-resume latency: how soon a run waiting on a remote task resumes after the remote agent pushes
+that the task is done, per database, with production's processes.
+
+    .venv/bin/python bench/bench_push.py                  # full run, compared with the floors
+    .venv/bin/python bench/bench_push.py --quick          # a few seconds: proves it works, checks no floor
+    .venv/bin/python bench/bench_push.py --databases sqlite,postgresql,mysql
+
+A real a2a-sdk peer with push notifications (tests/a2a_peer.py, its own process), `nrllm-sidecar serve
+--no-worker` receiving its pushes at POST /api/v1/push, and `nrllm-sidecar worker` (production settings:
+the coordinator polls the due index every 250 ms, and on PostgreSQL also LISTENs). The agent is polled
+only every 60 s, so a run resumes that soon only because of the push. Each run delegates
+`work:<seconds>:...` with seconds spread over the measurement, so pushes arrive one at a time.
+
+latency     from the peer's completion of the task (its status timestamp; the push leaves right after) to
+            the commit that resumes the run (the wait's resolved_at): the push's request, the webhook,
+            the wake-up (NOTIFY, or the next look at the due index), GetTask and the resolution
+
+Exits 1 when a floor is missed or a check fails (every run resumed with the remote's answer).
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench_waiting import AGENT, IN_CI, ROOT, CheckFailed, check, close, settings_for, start_peer
+from scratch_databases import Unreachable, scratch_database
+
+from sidecar import bootstrap
+from sidecar.domain.sealing import generate_key
+from sidecar.store import consumers, db, remote_agents, runs
+from sidecar.store.models import DependencyWait, Outbound, Run, WorkerHeartbeat
+from sidecar.store.remote_agents import AgentFields
+
+P99_FLOORS_MS = {"postgresql": 250.0, "sqlite": 500.0}  # issue 6
+FULL_RUNS, QUICK_RUNS = 200, 5
+SPREAD_SECONDS = 0.05  # between two runs' completions on the peer
+SCRIPT_ANSWER = "pushed answer"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sidecar(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "sidecar.cli", *args], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+
+def completed_at(peer_url: str, task_id: str) -> datetime:
+    """The peer's own time of the task's completion (status.timestamp), as a naive UTC datetime."""
+    body = json.dumps({"jsonrpc": "2.0", "id": "t", "method": "GetTask", "params": {"id": task_id}}).encode()
+    request = urllib.request.Request(peer_url + "/a2a/v1", data=body, headers={
+        "Content-Type": "application/json", "A2A-Version": "1.0"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        status = json.loads(answer.read())["result"]["status"]
+    check(status["state"] == "TASK_STATE_COMPLETED", f"task {task_id} completed on the peer")
+    moment = datetime.fromisoformat(status["timestamp"].replace("Z", "+00:00"))
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def latencies(dialect: str, peer_url: str, count: int) -> list[float]:
+    """Milliseconds from each task's completion on the peer to its run's resumption."""
+    key = generate_key()
+    with scratch_database(dialect) as url, tempfile.TemporaryDirectory() as logs:
+        bound = db.bind(url)
+        bootstrap.start(settings_for(url, key), bind_database=False, migrate=True)
+        consumers.replace_report([])
+        remote_agents.create_agent(AGENT, AgentFields(url=peer_url, poll_interval_seconds=60, deadline_seconds=600,
+                                                      push=True))
+        port = free_port()
+        env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key,
+               "NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+        processes = [sidecar(["serve", "--no-worker", "--host", "127.0.0.1", "--port", str(port)], env,
+                             Path(logs) / "api.log"),
+                     sidecar(["worker", "--poll-interval", "0.05"], env, Path(logs) / "worker.log")]
+        try:
+            deadline = time.monotonic() + 60
+            while not (WorkerHeartbeat.select().exists() and api_answers(port)):
+                check(all(p.poll() is None for p in processes) and time.monotonic() < deadline, "the sidecar started")
+                time.sleep(0.05)
+            ids = [runs.create_run("bench", "delegate", spec={"provider": "scripted", "script": script(i)})
+                   for i in range(count)]
+            deadline = time.monotonic() + 60 + count * SPREAD_SECONDS
+            while Run.select().where(Run.id.in_(ids), Run.status == "completed").count() < count:
+                check(time.monotonic() < deadline, f"{count} runs resumed by pushes and completed")
+                time.sleep(0.1)
+        except CheckFailed as exc:
+            tails = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in Path(logs).iterdir())
+            raise CheckFailed(f"{exc}{tails}") from None
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(30)
+        check(all(r.output == f"Remote said: {SCRIPT_ANSWER}" for r in Run.select().where(Run.id.in_(ids))),
+              "every run completed with the remote's answer")
+        found = []
+        for wait in DependencyWait.select():
+            task_id = Outbound.get_by_id(wait.outbound_id).remote_task_id
+            found.append((wait.resolved_at - completed_at(peer_url, task_id)).total_seconds() * 1000)
+        close(bound)
+    return found
+
+
+def api_answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True  # answered (degraded is 503)
+    except OSError:
+        return False
+
+
+def script(index: int) -> list[dict]:
+    seconds = 1.0 + index * SPREAD_SECONDS
+    return [{"tool_calls": [{"id": "call_1", "name": "delegate_to_agent",
+                             "arguments": {"agent": AGENT, "message": f"work:{seconds:.2f}:{SCRIPT_ANSWER}"}}]},
+            {"content": "Remote said: {last_tool_result}"}]
+
+
+def percentile(values: list[float], share: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few pushes; checks the figures exist, not the floors")
+    parser.add_argument("--databases", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql,mysql")
+    args = parser.parse_args()
+    count = QUICK_RUNS if args.quick else FULL_RUNS
+    print(f"push benchmark ({'quick' if args.quick else 'full'}): {count} runs per database, agent polled every 60 s")
+    print(f"{'database':<11}{'runs':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  floor (p99 ms)", flush=True)
+    peer, peer_url = start_peer(push=True)
+    problems = []
+    try:
+        for dialect in args.databases.split(","):
+            try:
+                values = latencies(dialect, peer_url, count)
+            except Unreachable as exc:
+                if args.quick and not IN_CI:
+                    print(f"SKIPPED {exc}", flush=True)
+                else:
+                    problems.append(str(exc))
+                continue
+            except CheckFailed as exc:
+                problems.append(f"{dialect}: check failed: {exc}")
+                continue
+            p50, p99, floor = percentile(values, 0.5), percentile(values, 0.99), P99_FLOORS_MS.get(dialect)
+            verdict = "-" if floor is None else f"{floor:.0f} (not checked in a quick run)" if args.quick else (
+                f"{floor:.0f} {'ok' if p99 < floor else 'MISSED'}")
+            print(f"{dialect:<11}{len(values):>8}{p50:>9.0f}{p99:>9.0f}{max(values):>9.0f}  {verdict}", flush=True)
+            if floor is not None and not args.quick and p99 >= floor:
+                problems.append(f"{dialect}: push-to-resume p99 {p99:.0f} ms, floor {floor:.0f} ms")
+    finally:
+        peer.stdin.close()
+        peer.wait(30)
+    for problem in problems:
+        print(f"FAIL {problem}")
+    if not problems:
+        print("OK")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
