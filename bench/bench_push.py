@@ -11,14 +11,16 @@ the coordinator polls the due index every 250 ms, and on PostgreSQL also LISTENs
 only every 60 s, so a run resumes that soon only because of the push. Each run delegates
 `work:<seconds>:...` with seconds spread over the measurement, so pushes arrive one at a time.
 
-latency     from the peer's completion of the task (its status timestamp; the push leaves right after) to
-            the commit that resumes the run (the wait's resolved_at): the push's request, the webhook,
-            the wake-up (NOTIFY, or the next look at the due index), GetTask and the resolution
+latency     from the arrival of the push saying the task completed to the commit that resumes the run
+            (the wait's resolved_at): the webhook, the wake-up (NOTIFY, or the coordinator's next look
+            at the due index), GetTask and the resolution. The peer posts to a relay in this process
+            that notes the arrival and passes the push on to the webhook (one more local hop, counted)
 
 Exits 1 when a floor is missed or a check fails (every run resumed with the remote's answer).
 """
 
 import argparse
+import http.client
 import json
 import os
 import socket
@@ -26,15 +28,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from datetime import UTC, datetime
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench_waiting import AGENT, IN_CI, ROOT, CheckFailed, check, close, settings_for, start_peer
 from scratch_databases import Unreachable, scratch_database
 
 from sidecar import bootstrap
+from sidecar.delegation.a2a import normalise_state, notification_task_id
+from sidecar.domain.clock import utcnow
 from sidecar.domain.sealing import generate_key
 from sidecar.store import consumers, db, remote_agents, runs
 from sidecar.store.models import DependencyWait, Outbound, Run, WorkerHeartbeat
@@ -58,20 +64,47 @@ def sidecar(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
                                 stdout=subprocess.DEVNULL, stderr=log)
 
 
-def completed_at(peer_url: str, task_id: str) -> datetime:
-    """The peer's own time of the task's completion (status.timestamp), as a naive UTC datetime."""
-    body = json.dumps({"jsonrpc": "2.0", "id": "t", "method": "GetTask", "params": {"id": task_id}}).encode()
-    request = urllib.request.Request(peer_url + "/a2a/v1", data=body, headers={
-        "Content-Type": "application/json", "A2A-Version": "1.0"})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        status = json.loads(answer.read())["result"]["status"]
-    check(status["state"] == "TASK_STATE_COMPLETED", f"task {task_id} completed on the peer")
-    moment = datetime.fromisoformat(status["timestamp"].replace("Z", "+00:00"))
-    return moment.astimezone(UTC).replace(tzinfo=None)
+class Relay(ThreadingHTTPServer):
+    """Between the peer and the webhook: notes when the first push saying a task completed arrives, then
+    passes every push on unchanged and answers what the webhook answered."""
+
+    daemon_threads = True
+
+    def __init__(self, webhook_port: int):
+        self.webhook_port = webhook_port
+        self.completed: dict[str, datetime] = {}  # task id -> arrival (naive UTC, as the store's times)
+        super().__init__(("127.0.0.1", 0), RelayHandler)
+
+
+class RelayHandler(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        arrived = utcnow()
+        try:
+            push = json.loads(body)
+        except ValueError:
+            push = None
+        task_id = notification_task_id(push)
+        inner = (push.get("statusUpdate") or push.get("task") or push) if isinstance(push, dict) else {}
+        if task_id and normalise_state((inner.get("status") or {}).get("state")) == "completed":
+            self.server.completed.setdefault(task_id, arrived)
+        connection = http.client.HTTPConnection("127.0.0.1", self.server.webhook_port, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        connection.request("POST", self.path, body=body, headers=headers)
+        answer = connection.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        connection.close()
+
+    def log_message(self, *args):
+        pass
 
 
 def latencies(dialect: str, peer_url: str, count: int) -> list[float]:
-    """Milliseconds from each task's completion on the peer to its run's resumption."""
+    """Milliseconds from the arrival of each task's completion push to its run's resumption."""
     key = generate_key()
     with scratch_database(dialect) as url, tempfile.TemporaryDirectory() as logs:
         bound = db.bind(url)
@@ -80,8 +113,10 @@ def latencies(dialect: str, peer_url: str, count: int) -> list[float]:
         remote_agents.create_agent(AGENT, AgentFields(url=peer_url, poll_interval_seconds=60, deadline_seconds=600,
                                                       push=True))
         port = free_port()
-        env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key,
-               "NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+        relay = Relay(port)
+        threading.Thread(target=relay.serve_forever, name="relay", daemon=True).start()
+        env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key, "NRLLM_REMOTE_ALLOW": "127.0.0.1",
+               "NRLLM_PUBLIC_URL": f"http://127.0.0.1:{relay.server_address[1]}"}
         processes = [sidecar(["serve", "--no-worker", "--host", "127.0.0.1", "--port", str(port)], env,
                              Path(logs) / "api.log"),
                      sidecar(["worker", "--poll-interval", "0.05"], env, Path(logs) / "worker.log")]
@@ -103,12 +138,14 @@ def latencies(dialect: str, peer_url: str, count: int) -> list[float]:
             for process in processes:
                 process.terminate()
                 process.wait(30)
+            relay.shutdown()
         check(all(r.output == f"Remote said: {SCRIPT_ANSWER}" for r in Run.select().where(Run.id.in_(ids))),
               "every run completed with the remote's answer")
         found = []
         for wait in DependencyWait.select():
             task_id = Outbound.get_by_id(wait.outbound_id).remote_task_id
-            found.append((wait.resolved_at - completed_at(peer_url, task_id)).total_seconds() * 1000)
+            check(task_id in relay.completed, f"the push saying task {task_id} completed arrived")
+            found.append((wait.resolved_at - relay.completed[task_id]).total_seconds() * 1000)
         close(bound)
     return found
 
