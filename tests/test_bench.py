@@ -18,6 +18,14 @@ from tests.helpers import ROOT
 # claims/s, segments/s. Other benchmarks print tables of the same shape, hence the section.
 STORE_SECTION = re.compile(r"^== bench_store\.py.*?^== bench_store\.py: exit", re.MULTILINE | re.DOTALL)
 STORE_ROW = re.compile(r"^(sqlite|postgresql)\s+([124])\s+(\d+)\s+(\d+)\s+(\d+)\s", re.MULTILINE)
+# bench_waiting's and bench_push's rows: a database, then its figures (decimals).
+FIGURES_ROW = r"^(sqlite|postgresql)((?:\s+[+-]?\d+(?:\.\d+)?){%d})\s"
+
+
+def _section(output: str, name: str) -> str:
+    found = re.search(rf"^== {name}.*?^== {name}: exit", output, re.MULTILINE | re.DOTALL)
+    assert found, output
+    return found.group()
 
 
 def _require_postgres() -> None:
@@ -43,3 +51,6 @@ def test_every_benchmark_runs_quick_and_prints_its_figures():
     rows = {(dialect, int(threads)): figures for dialect, threads, *figures in STORE_ROW.findall(section.group())}
     assert set(rows) == {(d, t) for d in ("sqlite", "postgresql") for t in (1, 2, 4)}, output
     assert all(int(figure) > 0 for figures in rows.values() for figure in figures), output
+    for name, columns in (("bench_waiting.py", 9), ("bench_push.py", 4)):
+        rows = dict(re.findall(FIGURES_ROW % columns, _section(result.stdout, name), re.MULTILINE))
+        assert set(rows) == {"sqlite", "postgresql"}, output
