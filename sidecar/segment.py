@@ -83,8 +83,7 @@ class Segment:
 
     def cancel_requested(self) -> bool:
         """Cooperative cancellation: executors ask at every step boundary."""
-        current = runs.get_run(self.run_id)
-        return current is not None and current.cancel_requested_at is not None
+        return runs.cancel_requested(self.run_id)
 
     def sleep(self, seconds: float) -> None:
         """Wait, but stop at once (LeaseLost) when the lease is lost meanwhile."""

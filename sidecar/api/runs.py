@@ -122,9 +122,9 @@ def _create(who: Principal, body: dict, wake: bool = True) -> dict:
     spec = {k: body[k] for k in ("provider", "model", "script", "tools", "on_denial") if body.get(k) is not None}
     if "script" in spec:
         spec.setdefault("provider", "scripted")  # a script means nothing to any other provider
-    run_id = runs.create_run(who.actor, body["input"], workspace=who.workspace, origin=body.get("origin"),
-                             spec=spec, budget=body.get("budget") or {}, wake=wake)
-    return RunSchema().dump(run_document(runs.get_run(run_id)))
+    run = runs.new_run(who.actor, body["input"], workspace=who.workspace, origin=body.get("origin"),
+                       spec=spec, budget=body.get("budget") or {}, wake=wake)
+    return RunSchema().dump(run_document(run))
 
 
 def _scope(who: Principal) -> str:

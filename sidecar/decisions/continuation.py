@@ -14,7 +14,7 @@ import logging
 from ..domain.decisions import DecisionKind, PauseKind, compact_json, denied_text
 from ..domain.vocabulary import SegmentOutcome, ToolEffect
 from ..permissions import may
-from ..store import pauses, runs
+from ..store import pauses
 from ..store import turns as saved
 
 log = logging.getLogger("nrllm_sidecar.decisions")
@@ -22,7 +22,7 @@ log = logging.getLogger("nrllm_sidecar.decisions")
 
 def continue_from_decision(segment) -> SegmentOutcome | None:
     """Apply the run's stored decision, if any. Returns the outcome that ends the segment here, or None."""
-    run = runs.get_run(segment.run_id)
+    run = segment.run  # read after the claim: only the lease's holder changes its continuation from here on
     found = pauses.continuation_of(run)
     if found is None:
         return None

@@ -105,6 +105,8 @@ class _RunSegment:
             return self._provider_failed(exc)
 
     def _replay(self) -> None:
+        if not self.segment.run.iterations_used:
+            return  # no turn saved yet: a turn is saved with its count (and a result only after its turn)
         turns, results = saved.load(self.segment.run_id)
         for row in turns:
             turn = Turn.from_message(row["message"], row["tokens"], row["cost"])

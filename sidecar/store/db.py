@@ -2,6 +2,7 @@
 
 import functools
 import random
+import sqlite3
 import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlparse
@@ -95,6 +96,20 @@ def dialect() -> str:
     if isinstance(db, MySQLDatabase):
         return "mysql"
     return "postgresql"
+
+
+def updated_value(update, column, key):
+    """Execute `update`, an UPDATE of at most the row whose primary key is `key`, and return the new value of
+    `column` (None when no row matched). One statement where UPDATE ... RETURNING exists (PostgreSQL, SQLite 3.35
+    and later); the update and a read of the row where it does not (MariaDB, MySQL)."""
+    kind = dialect()
+    if kind == "postgresql" or (kind == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)):
+        rows = list(update.returning(column).tuples().execute())
+        return rows[0][0] if rows else None
+    if update.execute() != 1:
+        return None
+    model = column.model
+    return model.select(column).where(model._meta.primary_key == key).scalar()
 
 
 def _is_transient(exc: Exception) -> bool:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 
 from ..domain.clock import utcnow
-from .db import database
+from .db import database, updated_value
 from .models import Run, RunEvent
 
 log = logging.getLogger("nrllm_sidecar.store")
@@ -30,20 +30,17 @@ def _notify(run_id: str, old: str | None, new: str) -> None:
         log.exception("status listener failed for run %s (%s -> %s)", run_id, old, new)
 
 
-def append(run_id: str, guard, kind: str, payload: dict) -> int | None:
-    """Append one event if the run row still matches `guard` (a list of peewee expressions).
+def append(run_id: str, guard, kind: str, payload: dict, *, also: dict | None = None) -> int | None:
+    """Append one event if the run row still matches `guard` (a list of peewee expressions); `also`, the
+    columns of the run the event describes, are written by the same UPDATE (one statement, not two).
 
     Returns the sequence, or None when the guard no longer holds (nothing written). Call inside a
     write transaction.
     """
-    bumped = (
-        Run.update(last_event_sequence=Run.last_event_sequence + 1)
-        .where(Run.id == run_id, *guard)
-        .execute()
-    )
-    if bumped != 1:
+    bump = Run.update(last_event_sequence=Run.last_event_sequence + 1, **(also or {})).where(Run.id == run_id, *guard)
+    sequence = updated_value(bump, Run.last_event_sequence, run_id)
+    if sequence is None:
         return None
-    sequence = Run.select(Run.last_event_sequence).where(Run.id == run_id).scalar()
     RunEvent.insert(
         run=run_id, sequence=sequence, kind=kind, at=utcnow(), payload=json.dumps(payload, sort_keys=True)
     ).execute()

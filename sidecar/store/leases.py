@@ -14,7 +14,7 @@ from ..domain.errors import LeaseLost
 from ..domain.lease import LeasePolicy, reap_verdict
 from ..domain.vocabulary import RunStatus
 from . import events, status_guard
-from .db import dialect, transactional
+from .db import dialect, transactional, updated_value
 from .models import Run
 
 RUNNING = RunStatus.RUNNING.value
@@ -53,21 +53,17 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> list[Claim]:
     ids = [row.id for row in candidates]
     claims = []
     for run_id in ids:
-        claimed = (
-            Run.update(
-                status=RUNNING,
-                lease_holder=holder,
-                lease_expires_at=lease.expiry(now),
-                lease_epoch=Run.lease_epoch + 1,
-                queued_at=None,
-                updated_at=now,
-            )
-            .where(Run.id == run_id, Run.status == QUEUED)
-            .execute()
-        )
-        if claimed != 1:
+        claim_one = Run.update(
+            status=RUNNING,
+            lease_holder=holder,
+            lease_expires_at=lease.expiry(now),
+            lease_epoch=Run.lease_epoch + 1,
+            queued_at=None,
+            updated_at=now,
+        ).where(Run.id == run_id, Run.status == QUEUED)
+        epoch = updated_value(claim_one, Run.lease_epoch, run_id)
+        if epoch is None:
             continue
-        epoch = Run.select(Run.lease_epoch).where(Run.id == run_id).scalar()
         claim = Claim(run_id, epoch, holder)
         _status_event(run_id, fence(claim), QUEUED, RUNNING)
         claims.append(claim)
@@ -82,6 +78,14 @@ def fenced_update(claim: Claim, **values) -> None:
     written = Run.update(**values, updated_at=utcnow()).where(*fence(claim)).execute()
     if written != 1:
         raise LeaseLost(claim.run_id, claim.epoch)
+
+
+def fenced_update_with_event(claim: Claim, kind: str, payload: dict, **values) -> int:
+    """fenced_update() and the event that describes it, in one UPDATE of the run row (and the event's INSERT)."""
+    sequence = events.append(claim.run_id, fence(claim), kind, payload, also={**values, "updated_at": utcnow()})
+    if sequence is None:
+        raise LeaseLost(claim.run_id, claim.epoch)
+    return sequence
 
 
 @transactional
@@ -113,9 +117,10 @@ def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason
     if not status.is_terminal:
         raise ValueError(f"finish() takes a terminal status, not {status}")
     now = utcnow()
-    _status_event_or_lost(claim, status.value)
-    fenced_update(
+    fenced_update_with_event(
         claim,
+        "status",
+        {"from": RUNNING, "to": status.value},
         status=status.value,
         output=output,
         termination_reason=reason,

@@ -19,13 +19,18 @@ BUDGET_LIMITS = ("max_delegations", "max_bytes", "max_tokens", "max_cost", "max_
 
 
 @transactional
-def _insert_queued(values: dict) -> str:
+def _insert_queued(values: dict) -> Run:
     Run.insert(**values).execute()
-    events.append(values["id"], [], "status", {"from": None, "to": RunStatus.QUEUED.value})
-    return values["id"]
+    sequence = events.append(values["id"], [], "status", {"from": None, "to": RunStatus.QUEUED.value})
+    return Run(**values, last_event_sequence=sequence)  # the row as inserted, without reading it back
 
 
-def create_run(
+def create_run(owner: str, input: str, **options) -> str:
+    """new_run(), for a caller that needs only the new run's id."""
+    return new_run(owner, input, **options).id
+
+
+def new_run(
     owner: str,
     input: str,
     *,
@@ -35,8 +40,8 @@ def create_run(
     budget: dict | None = None,
     run_id: str | None = None,
     wake: bool = True,
-) -> str:
-    """Insert a queued run (and its first event) and wake this process's worker.
+) -> Run:
+    """Insert a queued run (and its first event), wake this process's worker, and return the run as inserted.
 
     Pass wake=False inside a surrounding transaction, and call wake_workers() after it commits.
     """
@@ -57,10 +62,10 @@ def create_run(
     }
     if budget.get("deadline_seconds") is not None:
         values["deadline_at"] = now + timedelta(seconds=budget["deadline_seconds"])
-    run_id = _insert_queued(values)
+    run = _insert_queued(values)
     if wake:
         wake_workers()
-    return run_id
+    return run
 
 
 def wake_workers() -> None:
@@ -70,6 +75,13 @@ def wake_workers() -> None:
 
 def get_run(run_id: str) -> Run | None:
     return Run.get_or_none(Run.id == run_id)
+
+
+def cancel_requested(run_id: str) -> bool:
+    """Whether a cancel was requested (False for no such run). Asked at every step boundary of a segment, so it
+    reads the one column, not the whole row."""
+    row = Run.select(Run.cancel_requested_at).where(Run.id == run_id).tuples().first()
+    return row is not None and row[0] is not None
 
 
 def list_runs(

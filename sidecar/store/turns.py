@@ -9,28 +9,22 @@ the tool again.
 import json
 
 from ..domain.clock import utcnow
-from ..domain.errors import LeaseLost
-from . import events
 from .db import transactional
-from .leases import Claim, fence, fenced_update
+from .leases import Claim, fenced_update_with_event
 from .models import ModelTurn, Run, ToolResult
-
-
-def _event(claim: Claim, kind: str, payload: dict) -> None:
-    if events.append(claim.run_id, fence(claim), kind, payload) is None:
-        raise LeaseLost(claim.run_id, claim.epoch)
 
 
 @transactional
 def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> None:
     """Save turn `index` of the claimed run, count it against the budget and append its `llm` event."""
-    fenced_update(
+    fenced_update_with_event(
         claim,
+        "llm",
+        event,
         iterations_used=Run.iterations_used + 1,
         tokens_used=Run.tokens_used + tokens,
         cost_used=Run.cost_used + cost,
     )
-    _event(claim, "llm", event)
     ModelTurn.insert(
         run=claim.run_id, index=index, message=json.dumps(message, sort_keys=True), tokens=tokens, cost=cost,
         created_at=utcnow(),
@@ -42,8 +36,7 @@ def save_tool_result(
     claim: Claim, turn_index: int, tool_call_id: str, name: str, result: str, event: dict, *, clear_pending_effect: bool
 ) -> None:
     """Save a tool call's result and append its `tool` event; clear `pending_effect` when asked to."""
-    fenced_update(claim, **({"pending_effect": None} if clear_pending_effect else {}))
-    _event(claim, "tool", event)
+    fenced_update_with_event(claim, "tool", event, **({"pending_effect": None} if clear_pending_effect else {}))
     ToolResult.insert(
         run=claim.run_id, tool_call_id=tool_call_id, turn_index=turn_index, name=name, result=result,
         created_at=utcnow(),
