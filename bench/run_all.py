@@ -11,6 +11,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 BENCHMARKS = [
     "bench_store.py",
+    "bench_runs.py",
     "bench_waiting.py",
     "bench_push.py",
     "bench_decisions.py",
