@@ -98,12 +98,17 @@ def dialect() -> str:
     return "postgresql"
 
 
+def supports_returning() -> bool:
+    """UPDATE ... RETURNING: PostgreSQL and SQLite 3.35 and later; not MariaDB or MySQL."""
+    kind = dialect()
+    return kind == "postgresql" or (kind == "sqlite" and sqlite3.sqlite_version_info >= (3, 35))
+
+
 def updated_value(update, column, key):
     """Execute `update`, an UPDATE of at most the row whose primary key is `key`, and return the new value of
     `column` (None when no row matched). One statement where UPDATE ... RETURNING exists (PostgreSQL, SQLite 3.35
     and later); the update and a read of the row where it does not (MariaDB, MySQL)."""
-    kind = dialect()
-    if kind == "postgresql" or (kind == "sqlite" and sqlite3.sqlite_version_info >= (3, 35)):
+    if supports_returning():
         rows = list(update.returning(column).tuples().execute())
         return rows[0][0] if rows else None
     if update.execute() != 1:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 
 from ..domain.clock import utcnow
+from . import statements
 from .db import database, updated_value
 from .models import Run, RunEvent
 
@@ -41,12 +42,16 @@ def append(run_id: str, guard, kind: str, payload: dict, *, also: dict | None = 
     sequence = updated_value(bump, Run.last_event_sequence, run_id)
     if sequence is None:
         return None
-    RunEvent.insert(
-        run=run_id, sequence=sequence, kind=kind, at=utcnow(), payload=json.dumps(payload, sort_keys=True)
-    ).execute()
+    record(run_id, sequence, kind, payload)
+    return sequence
+
+
+def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
+    """Insert the event numbered `sequence`, a number the caller took by bumping the run's counter in this
+    transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
+    statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True))
     if kind == "status":
         database.after_commit(lambda: _notify(run_id, payload.get("from"), payload["to"]))
-    return sequence
 
 
 def list_events(run_id: str, after: int = 0, limit: int = 1000) -> list[dict]:

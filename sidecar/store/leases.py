@@ -13,8 +13,8 @@ from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
 from ..domain.lease import LeasePolicy, reap_verdict
 from ..domain.vocabulary import RunStatus
-from . import events, status_guard
-from .db import dialect, transactional, updated_value
+from . import events, statements, status_guard
+from .db import transactional
 from .models import Run
 
 RUNNING = RunStatus.RUNNING.value
@@ -30,43 +30,29 @@ class Claim:
     holder: str
 
 
-def _status_event(run_id: str, guard, old: str, new: str) -> None:
-    events.append(run_id, guard, "status", {"from": old, "to": new})
-
-
 @transactional
 def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> list[Claim]:
     """Claim up to `limit` queued runs, oldest first. Each run is claimed by exactly one holder."""
     if limit <= 0:
         return []
     now = utcnow()
-    candidates = (
-        Run.select(Run.id)
-        .where(Run.status == QUEUED)
-        .order_by(Run.queued_at, Run.id)
-        .limit(limit)
-    )
-    if dialect() != "sqlite":
-        # Rows another claimer has locked are skipped instead of waited for. SQLite's BEGIN IMMEDIATE
-        # already makes this transaction the only writer.
-        candidates = candidates.for_update("FOR UPDATE SKIP LOCKED")
-    ids = [row.id for row in candidates]
     claims = []
-    for run_id in ids:
-        claim_one = Run.update(
-            status=RUNNING,
-            lease_holder=holder,
-            lease_expires_at=lease.expiry(now),
-            lease_epoch=Run.lease_epoch + 1,
-            queued_at=None,
-            updated_at=now,
-        ).where(Run.id == run_id, Run.status == QUEUED)
-        epoch = updated_value(claim_one, Run.lease_epoch, run_id)
-        if epoch is None:
+    for run_id in statements.queued_run_ids(limit):
+        claimed = statements.update_run(
+            run_id,
+            where={"status": QUEUED},
+            values={
+                "status": RUNNING, "lease_holder": holder, "lease_expires_at": lease.expiry(now),
+                "queued_at": None, "updated_at": now,
+            },
+            add={"lease_epoch": 1, "last_event_sequence": 1},
+            returning=("lease_epoch", "last_event_sequence"),
+        )
+        if claimed is None:
             continue
-        claim = Claim(run_id, epoch, holder)
-        _status_event(run_id, fence(claim), QUEUED, RUNNING)
-        claims.append(claim)
+        epoch, sequence = claimed
+        events.record(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})
+        claims.append(Claim(run_id, epoch, holder))
     return claims
 
 
@@ -80,20 +66,26 @@ def fenced_update(claim: Claim, **values) -> None:
         raise LeaseLost(claim.run_id, claim.epoch)
 
 
-def fenced_update_with_event(claim: Claim, kind: str, payload: dict, **values) -> int:
-    """fenced_update() and the event that describes it, in one UPDATE of the run row (and the event's INSERT)."""
-    sequence = events.append(claim.run_id, fence(claim), kind, payload, also={**values, "updated_at": utcnow()})
-    if sequence is None:
+def fenced_update_with_event(claim: Claim, kind: str, payload: dict, *, add: dict | None = None, **values) -> int:
+    """fenced_update() and the event that describes it: one UPDATE of the run row (which also takes the event's
+    sequence and adds `add`'s amounts to its counters) and the event's INSERT."""
+    written = statements.update_run(
+        claim.run_id,
+        where={"lease_epoch": claim.epoch, "status": RUNNING},
+        values={**values, "updated_at": utcnow()},
+        add={**(add or {}), "last_event_sequence": 1},
+        returning=("last_event_sequence",),
+    )
+    if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
+    (sequence,) = written
+    events.record(claim.run_id, sequence, kind, payload)
     return sequence
 
 
 @transactional
 def append_event(claim: Claim, kind: str, payload: dict) -> int:
-    sequence = events.append(claim.run_id, fence(claim), kind, payload)
-    if sequence is None:
-        raise LeaseLost(claim.run_id, claim.epoch)
-    return sequence
+    return fenced_update_with_event(claim, kind, payload)
 
 
 @transactional

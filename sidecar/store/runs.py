@@ -11,7 +11,7 @@ from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import events, pauses, waits
+from . import events, pauses, statements, waits
 from .db import transactional
 from .models import Run
 
@@ -74,7 +74,7 @@ def wake_workers() -> None:
 
 
 def get_run(run_id: str) -> Run | None:
-    return Run.get_or_none(Run.id == run_id)
+    return statements.select_run(run_id)
 
 
 def cancel_requested(run_id: str) -> bool:

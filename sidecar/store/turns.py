@@ -11,7 +11,7 @@ import json
 from ..domain.clock import utcnow
 from .db import transactional
 from .leases import Claim, fenced_update_with_event
-from .models import ModelTurn, Run, ToolResult
+from .models import ModelTurn, ToolResult
 
 
 @transactional
@@ -21,9 +21,7 @@ def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float,
         claim,
         "llm",
         event,
-        iterations_used=Run.iterations_used + 1,
-        tokens_used=Run.tokens_used + tokens,
-        cost_used=Run.cost_used + cost,
+        add={"iterations_used": 1, "tokens_used": tokens, "cost_used": cost},
     )
     ModelTurn.insert(
         run=claim.run_id, index=index, message=json.dumps(message, sort_keys=True), tokens=tokens, cost=cost,

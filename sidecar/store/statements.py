@@ -1,0 +1,89 @@
+"""SQL text for the statements every segment runs, instead of queries peewee compiles on every call.
+
+peewee turns a query into SQL each time it executes it: 0.15 to 0.9 ms of CPU for the statements of a
+segment (the 34 columns of a run make its SELECT the dearest), where SQLite executes them in about
+0.03 ms. A segment runs several, so that compilation was most of what a segment cost and what bounded a
+worker's throughput (docs/performance.md, "The run store"). The statements here have a fixed shape; their
+text is joined from column names, and values pass through each field's own conversion, as peewee does.
+"""
+
+from ..domain.vocabulary import RunStatus
+from .db import database, dialect, supports_returning
+from .models import Run, RunEvent
+
+_RUN_FIELDS = Run._meta.columns  # column name -> field
+_EVENT_COLUMNS = ("run_id", "sequence", "kind", "at", "payload")
+
+
+def _name(identifier: str) -> str:
+    opening, closing = database.quote  # '""' or '``'
+    return f"{opening}{identifier}{closing}"
+
+
+def _placeholders(count: int) -> str:
+    return ", ".join([database.param] * count)
+
+
+def _run_values(values: dict) -> list:
+    return [_RUN_FIELDS[column].db_value(value) for column, value in values.items()]
+
+
+def queued_run_ids(limit: int) -> list[str]:
+    """The ids of up to `limit` queued runs, oldest first. On a server database the rows are locked for this
+    transaction, and rows another claimer has locked are skipped instead of waited for; SQLite's BEGIN
+    IMMEDIATE already makes the transaction the only writer."""
+    param = database.param
+    sql = (
+        f"SELECT {_name('id')} FROM {_name('runs')} WHERE {_name('status')} = {param}"
+        f" ORDER BY {_name('queued_at')}, {_name('id')} LIMIT {int(limit)}"
+    )
+    if dialect() != "sqlite":
+        sql += " FOR UPDATE SKIP LOCKED"
+    return [row[0] for row in database.execute_sql(sql, (RunStatus.QUEUED.value,))]
+
+
+def select_run(run_id: str) -> Run | None:
+    """The whole row of a run, as a model instance (runs.get_run)."""
+    rows = list(Run.raw(f"SELECT * FROM {_name('runs')} WHERE {_name('id')} = {database.param}", run_id))
+    return rows[0] if rows else None
+
+
+def update_run(
+    run_id: str,
+    *,
+    where: dict,
+    values: dict,
+    add: dict,
+    returning: tuple[str, ...],
+) -> tuple | None:
+    """UPDATE the run `run_id` if its columns equal `where`: set `values`, and add to each column of `add`
+    its amount (counters: the event sequence, the lease epoch, budgets).
+
+    Returns the `returning` columns of the row as written, or None when the row did not match (nothing
+    written). One statement where UPDATE ... RETURNING exists; the update and a read of the row elsewhere
+    (MariaDB, whose row lock taken by the update makes that read the row as written). Call inside a write
+    transaction.
+    """
+    param = database.param
+    assignments = [f"{_name(column)} = {param}" for column in values]
+    assignments += [f"{_name(column)} = {_name(column)} + {param}" for column in add]
+    conditions = [f"{_name(column)} = {param}" for column in ("id", *where)]
+    sql = f"UPDATE {_name('runs')} SET {', '.join(assignments)} WHERE {' AND '.join(conditions)}"
+    params = [*_run_values(values), *add.values(), run_id, *_run_values(where)]
+    selected = ", ".join(_name(column) for column in returning)
+    if supports_returning():
+        return database.execute_sql(f"{sql} RETURNING {selected}", params).fetchone()
+    if database.execute_sql(sql, params).rowcount != 1:
+        return None
+    return database.execute_sql(
+        f"SELECT {selected} FROM {_name('runs')} WHERE {_name('id')} = {param}", (run_id,)
+    ).fetchone()
+
+
+def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str) -> None:
+    fields = RunEvent._meta.columns
+    values = (run_id, sequence, kind, fields["at"].db_value(at), payload_json)
+    columns = ", ".join(_name(column) for column in _EVENT_COLUMNS)
+    database.execute_sql(
+        f"INSERT INTO {_name('run_events')} ({columns}) VALUES ({_placeholders(len(values))})", values
+    )
