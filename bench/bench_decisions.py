@@ -15,8 +15,6 @@ Exits 1 when any pause has another number of winners than 1, a loser got another
 pause_not_pending, or the database holds another number of decisions than one per pause.
 """
 
-import argparse
-import os
 import sys
 import threading
 import time
@@ -24,7 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scratch_databases import Unreachable, scratch_database
+from harness import arguments, check, conclude, measuring
+from scratch_databases import scratch_database
 
 from sidecar.config import Settings
 from sidecar.decisions import service
@@ -36,15 +35,10 @@ from sidecar.store import db as store_db
 from sidecar.store import leases, migrations, pauses, runs
 from sidecar.store.models import Decision, Run, RunEvent
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 LEASE = LeasePolicy(30)
 OWNER = "bench:owner"
 SCRIPT = [{"tool_calls": [{"id": "call_1", "name": "write_note", "arguments": {"text": "bench"}}]},
           {"content": "done"}]
-
-
-class CheckFailed(Exception):
-    pass
 
 
 @dataclass
@@ -69,8 +63,7 @@ def _paused_runs(count: int, settings: Settings) -> list[str]:
             loop.execute(Segment(claim, runs.get_run(claim.run_id)))
             remaining.discard(claim.run_id)
     waiting = Run.select().where(Run.id.in_(ids), Run.status == "waiting_for_approval").count()
-    if waiting != count:
-        raise CheckFailed(f"only {waiting} of {count} runs reached their pause")
+    check(waiting == count, f"{waiting} of {count} runs reached their pause")
     store_db.database.close()
     return ids
 
@@ -156,16 +149,10 @@ def print_result(r: Result) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 pauses, 4 deciders each")
+    parser = arguments(__doc__, quick_help="20 pauses, 4 deciders each", databases="sqlite,postgresql,mysql")
     parser.add_argument("--pauses", type=int, help="pauses to race for (default 1000; quick 20)")
     parser.add_argument("--deciders", type=int, help="deciders per pause (default 8; quick 4)")
-    parser.add_argument("--databases", default="sqlite,postgresql,mysql",
-                        help="comma-separated: sqlite,postgresql,mysql")
     args = parser.parse_args()
-    dialects = args.databases.split(",")
-    if unknown := set(dialects) - {"sqlite", "postgresql", "mysql"}:
-        parser.error(f"unknown databases: {', '.join(sorted(unknown))}")
     pauses_count = args.pauses or (20 if args.quick else 1000)
     deciders = args.deciders or (4 if args.quick else 8)
     if pauses_count < 1 or deciders < 2:
@@ -174,27 +161,12 @@ def main() -> int:
           "deciders per pause (half now, half store)")
     print(f"{'database':<11} {'pauses':>6} {'deciders':>8} {'attempts/s':>10}", flush=True)
     problems: list[str] = []
-    for dialect in dialects:
-        try:
-            with scratch_database(dialect) as url:
-                result = measure(dialect, url, pauses_count, deciders)
-        except Unreachable as exc:
-            if args.quick and not IN_CI:
-                print(f"SKIPPED {exc}", flush=True)
-            else:
-                problems.append(str(exc))
-            continue
-        except CheckFailed as exc:
-            problems.append(f"{dialect}: {exc}")
-            continue
-        print_result(result)
-        problems += [f"{dialect}: {p}" for p in result.problems]
-    for problem in problems[:50]:
-        print(f"FAIL {problem}")
-    if not problems:
-        print("OK: exactly one winner per pause")
-    return 1 if problems else 0
-
+    for dialect in args.databases:
+        with measuring(dialect, args.quick, problems), scratch_database(dialect) as url:
+            result = measure(dialect, url, pauses_count, deciders)
+            print_result(result)
+            problems += [f"{dialect}: {p}" for p in result.problems]
+    return conclude(problems, ok="OK: exactly one winner per pause")
 
 if __name__ == "__main__":
     sys.exit(main())

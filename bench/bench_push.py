@@ -19,7 +19,6 @@ latency     from the arrival of the push saying the task completed to the commit
 Exits 1 when a floor is missed or a check fails (every run resumed with the remote's answer).
 """
 
-import argparse
 import http.client
 import json
 import os
@@ -35,8 +34,9 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench_waiting import AGENT, IN_CI, ROOT, CheckFailed, check, close, settings_for, start_peer
-from scratch_databases import Unreachable, scratch_database
+from bench_waiting import AGENT, ROOT, close, settings_for, start_peer
+from harness import CheckFailed, arguments, check, conclude, measuring, verdict
+from scratch_databases import scratch_database
 
 from sidecar import bootstrap
 from sidecar.delegation.a2a import normalise_state, notification_task_id
@@ -46,7 +46,7 @@ from sidecar.store import consumers, db, remote_agents, runs
 from sidecar.store.models import DependencyWait, Outbound, Run, WorkerHeartbeat
 from sidecar.store.remote_agents import AgentFields
 
-P99_FLOORS_MS = {"postgresql": 250.0, "sqlite": 500.0}  # issue 6
+P99_FLOORS_MS = {"postgresql": 250, "sqlite": 500}  # issue 6
 FULL_RUNS, QUICK_RUNS = 200, 5
 SPREAD_SECONDS = 0.05  # between two runs' completions on the peer
 SCRIPT_ANSWER = "pushed answer"
@@ -172,42 +172,25 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few pushes; checks the figures exist, not the floors")
-    parser.add_argument("--databases", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql,mysql")
-    args = parser.parse_args()
+    args = arguments(__doc__, quick_help="a few pushes; checks the figures exist, not the floors").parse_args()
     count = QUICK_RUNS if args.quick else FULL_RUNS
     print(f"push benchmark ({'quick' if args.quick else 'full'}): {count} runs per database, agent polled every 60 s")
     print(f"{'database':<11}{'runs':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  floor (p99 ms)", flush=True)
     peer, peer_url = start_peer(push=True)
     problems = []
     try:
-        for dialect in args.databases.split(","):
-            try:
+        for dialect in args.databases:
+            with measuring(dialect, args.quick, problems):
                 values = latencies(dialect, peer_url, count)
-            except Unreachable as exc:
-                if args.quick and not IN_CI:
-                    print(f"SKIPPED {exc}", flush=True)
-                else:
-                    problems.append(str(exc))
-                continue
-            except CheckFailed as exc:
-                problems.append(f"{dialect}: check failed: {exc}")
-                continue
-            p50, p99, floor = percentile(values, 0.5), percentile(values, 0.99), P99_FLOORS_MS.get(dialect)
-            verdict = "-" if floor is None else f"{floor:.0f} (not checked in a quick run)" if args.quick else (
-                f"{floor:.0f} {'ok' if p99 < floor else 'MISSED'}")
-            print(f"{dialect:<11}{len(values):>8}{p50:>9.0f}{p99:>9.0f}{max(values):>9.0f}  {verdict}", flush=True)
-            if floor is not None and not args.quick and p99 >= floor:
-                problems.append(f"{dialect}: push-to-resume p99 {p99:.0f} ms, floor {floor:.0f} ms")
+                p50, p99, floor = percentile(values, 0.5), percentile(values, 0.99), P99_FLOORS_MS.get(dialect)
+                print(f"{dialect:<11}{len(values):>8}{p50:>9.0f}{p99:>9.0f}{max(values):>9.0f}  "
+                      f"{verdict(floor, floor is not None and p99 < floor, args.quick)}", flush=True)
+                if floor is not None and not args.quick and p99 >= floor:
+                    problems.append(f"{dialect}: push-to-resume p99 {p99:.0f} ms, floor {floor:.0f} ms")
     finally:
         peer.stdin.close()
         peer.wait(30)
-    for problem in problems:
-        print(f"FAIL {problem}")
-    if not problems:
-        print("OK")
-    return 1 if problems else 0
+    return conclude(problems)
 
 
 if __name__ == "__main__":

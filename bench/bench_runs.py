@@ -18,7 +18,6 @@ api ms      CPU time of the API process per run (its POST), from /proc; worker m
 Exits 1 when a floor is missed or a check fails (every run completed with the echoed text, six events each).
 """
 
-import argparse
 import http.client
 import itertools
 import json
@@ -34,8 +33,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_store import IN_CI, CheckFailed, check, commit_rate, empty_tables
-from scratch_databases import Unreachable, scratch_database
+from bench_store import commit_rate, empty_tables
+from harness import arguments, check, close_connections, conclude, measuring, verdict
+from scratch_databases import scratch_database
 
 from sidecar import bootstrap
 from sidecar.config import Settings
@@ -267,29 +267,22 @@ def measure(dialect: str, url: str, sizes: Sizes, quick: bool) -> tuple[list[Row
     return rows, latency
 
 
-def close_connections(bound) -> None:
-    bound.close()
-    if hasattr(bound, "close_all"):
-        bound.close_all()  # the pool keeps connections of ended threads checked out
-
-
 COLUMNS = (f"{'database':<11}{'threads':>8}{'commits/s':>11}{'posts/s':>9}{'runs/s':>8}{'run/commit':>12}"
            f"{'api ms':>8}{'worker ms':>11}")
 
 
 def print_row(row: Row, quick: bool) -> None:
     floor = RUN_FLOORS.get(row.dialect) if row.threads == FLOOR_THREADS else None
-    verdict = "-" if floor is None else f"{floor} (not checked in a quick run)" if quick else (
-        f"{floor} {'ok' if row.runs_per_second >= floor else 'MISSED'}")
+    met = floor is not None and row.runs_per_second >= floor
     print(f"{row.dialect:<11}{row.threads:>8}{row.commits_per_second:>11.0f}{row.posts_per_second:>9.0f}"
           f"{row.runs_per_second:>8.0f}{row.runs_per_second / row.commits_per_second:>12.3f}{row.api_cpu_ms:>8.1f}"
-          f"{row.worker_cpu_ms:>11.1f}  {verdict}", flush=True)
+          f"{row.worker_cpu_ms:>11.1f}  {verdict(floor, met, quick)}", flush=True)
 
 
 def print_latency(latency: Latency, quick: bool) -> None:
-    verdict = "(not checked in a quick run)" if quick else "ok" if latency.p99_ms < P99_FLOOR_MS else "MISSED"
+    floor = f"< {P99_FLOOR_MS:.0f}"
     print(f"{latency.dialect:<11}{latency.requests:>9}{latency.p50_ms:>8.1f}{latency.p99_ms:>8.1f}"
-          f"{latency.max_ms:>8.1f}  < {P99_FLOOR_MS:.0f} {verdict}", flush=True)
+          f"{latency.max_ms:>8.1f}  {verdict(floor, latency.p99_ms < P99_FLOOR_MS, quick)}", flush=True)
 
 
 def misses(rows: list[Row], latencies: list[Latency], quick: bool) -> list[str]:
@@ -309,13 +302,7 @@ def misses(rows: list[Row], latencies: list[Latency], quick: bool) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small samples; checks figures > 0, not the floors")
-    parser.add_argument("--databases", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql,mysql")
-    args = parser.parse_args()
-    dialects = args.databases.split(",")
-    if unknown := set(dialects) - {"sqlite", "postgresql", "mysql"}:
-        parser.error(f"unknown databases: {', '.join(sorted(unknown))}")
+    args = arguments(__doc__, quick_help="small samples; checks figures > 0, not the floors").parse_args()
     sizes = QUICK if args.quick else FULL
     print(f"runs benchmark ({'quick' if args.quick else 'full'}): {sizes.runs} runs per measurement, "
           f"{sizes.commits} commits per commit-rate measurement, GETs at {GET_RATE}/s for {sizes.get_seconds:g} s")
@@ -325,19 +312,11 @@ def main() -> int:
     rows: list[Row] = []
     latencies: list[Latency] = []
     problems: list[str] = []
-    for dialect in dialects:
-        try:
-            with scratch_database(dialect) as url:
-                dialect_rows, latency = measure(dialect, url, sizes, args.quick)
+    for dialect in args.databases:
+        with measuring(dialect, args.quick, problems), scratch_database(dialect) as url:
+            dialect_rows, latency = measure(dialect, url, sizes, args.quick)
             rows += dialect_rows
             latencies.append(latency)
-        except Unreachable as exc:
-            if args.quick and not IN_CI:
-                print(f"SKIPPED {exc}", flush=True)
-            else:
-                problems.append(str(exc))
-        except CheckFailed as exc:
-            problems.append(f"{dialect}: check failed: {exc}")
     print(f"GET /api/v1/runs/{{id}}, paced at {GET_RATE}/s (latency from the time each request was due):")
     print(f"{'database':<11}{'requests':>9}{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}  floor (p99 ms)")
     for latency in latencies:
@@ -349,11 +328,7 @@ def main() -> int:
         print("floors (2 threads): " + ", ".join(f"{d} {f} runs/s" for d, f in RUN_FLOORS.items())
               + f"; GET p99 under {P99_FLOOR_MS:.0f} ms")
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
-    for problem in problems:
-        print(f"FAIL {problem}")
-    if not problems:
-        print("OK")
-    return 1 if problems else 0
+    return conclude(problems)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,14 @@ segments/s  a real Worker (StepExecutor, `concurrency` = threads) draining pre-s
 Exits 1 when a floor is missed or a check fails (every run claimed once, every run completed).
 """
 
-import argparse
 import contextlib
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
-from scratch_databases import Unreachable, scratch_database
+from harness import arguments, check, close_connections, conclude, measuring, verdict
+from scratch_databases import scratch_database
 
 from sidecar.domain.lease import LeasePolicy
 from sidecar.domain.vocabulary import RunStatus
@@ -40,7 +39,6 @@ THREAD_COUNTS = (1, 2, 4)
 LEASE = LeasePolicy(30)
 # Not JSON, so StepExecutor completes the run at once with this as its output: the empty segment.
 EMPTY_SEGMENT_INPUT = "empty segment"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 @dataclass(frozen=True)
@@ -60,15 +58,6 @@ class Row:
     commits_per_second: float
     claims_per_second: float
     segments_per_second: float
-
-
-class CheckFailed(Exception):
-    """The store did something wrong under load (a run claimed twice, a run not completed)."""
-
-
-def check(condition: bool, what: str) -> None:
-    if not condition:
-        raise CheckFailed(what)
 
 
 def timed_in_threads(threads: int, work) -> float:
@@ -202,15 +191,11 @@ def measure(dialect: str, url: str, sizes: Sizes, quick: bool) -> list[Row]:
             for measurement, size in measurements:
                 empty_tables()
                 figures.append(measurement(threads, size))
-                if hasattr(bound, "close_all"):
-                    # The pool keeps the connections of ended threads checked out: close them all.
-                    bound.close_all()
+                close_connections(bound)
             rows.append(Row(dialect, threads, *figures))
             print_row(rows[-1], quick)
     finally:
-        bound.close()
-        if hasattr(bound, "close_all"):
-            bound.close_all()
+        close_connections(bound)
     return rows
 
 
@@ -225,15 +210,11 @@ seg/commit  segments/s divided by commits/s: the share of the database's commit 
 
 def print_row(row: Row, quick: bool) -> None:
     floor = SEGMENT_FLOORS.get(row.dialect) if row.threads == FLOOR_THREADS else None
-    if floor is None:
-        verdict = "-"
-    elif quick:
-        verdict = f"{floor} (not checked in a quick run)"
-    else:
-        verdict = f"{floor} {'ok' if row.segments_per_second >= floor else 'MISSED'}"
+    met = floor is not None and row.segments_per_second >= floor
     print(
         f"{row.dialect:<11}{row.threads:>8}{row.commits_per_second:>11.0f}{row.claims_per_second:>10.0f}"
-        f"{row.segments_per_second:>12.0f}{row.segments_per_second / row.commits_per_second:>12.3f}  {verdict}",
+        f"{row.segments_per_second:>12.0f}{row.segments_per_second / row.commits_per_second:>12.3f}"
+        f"  {verdict(floor, met, quick)}",
         flush=True,
     )
 
@@ -254,13 +235,7 @@ def misses(rows: list[Row], quick: bool) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small samples; checks figures > 0, not the floors")
-    parser.add_argument("--databases", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql,mysql")
-    args = parser.parse_args()
-    dialects = args.databases.split(",")
-    if unknown := set(dialects) - {"sqlite", "postgresql", "mysql"}:
-        parser.error(f"unknown databases: {', '.join(sorted(unknown))}")
+    args = arguments(__doc__, quick_help="small samples; checks figures > 0, not the floors").parse_args()
     sizes = QUICK if args.quick else FULL
     print(
         f"store benchmark ({'quick' if args.quick else 'full'}): {sizes.runs} runs per claims and segments "
@@ -270,29 +245,15 @@ def main() -> int:
     print(HEADER, flush=True)
     rows: list[Row] = []
     problems: list[str] = []
-    for dialect in dialects:
-        try:
-            with scratch_database(dialect) as url:
-                rows += measure(dialect, url, sizes, args.quick)
-        except Unreachable as exc:
-            # Like the tests: a missing server is skipped on a workstation's quick run, never in CI and
-            # never in a full run, whose point is to compare this database with its floor.
-            if args.quick and not IN_CI:
-                print(f"SKIPPED {exc}", flush=True)
-            else:
-                problems.append(str(exc))
-        except CheckFailed as exc:
-            problems.append(f"{dialect}: check failed: {exc}")
+    for dialect in args.databases:
+        with measuring(dialect, args.quick, problems), scratch_database(dialect) as url:
+            rows += measure(dialect, url, sizes, args.quick)
     problems += misses(rows, args.quick)
     if args.quick:
         print("quick run: samples too small to compare with the floors; checked only that every figure is > 0")
     else:
         print("floors (empty segments/s, 2 threads): " + ", ".join(f"{d} {f}" for d, f in SEGMENT_FLOORS.items()))
-    for problem in problems:
-        print(f"FAIL {problem}")
-    if not problems:
-        print("OK")
-    return 1 if problems else 0
+    return conclude(problems)
 
 
 if __name__ == "__main__":

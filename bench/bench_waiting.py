@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from harness import CheckFailed, arguments, check, conclude, measuring
 from peewee import fn
-from scratch_databases import Unreachable, scratch_database
+from scratch_databases import scratch_database
 
 from sidecar import bootstrap, keys
 from sidecar.config import Settings
@@ -54,7 +55,6 @@ from sidecar.store.models import DependencyWait, Outbound, Run, WorkerHeartbeat
 from sidecar.store.remote_agents import AgentFields
 
 ROOT = Path(__file__).resolve().parent.parent
-IN_CI = os.environ.get("CI", "").lower() == "true"
 TICK_FLOOR_SECONDS = 1.0  # one tick with 1,000 due among 100,000 waiting (issue 6)
 RSS_FLOOR_MB = 200.0  # a worker with 100,000 waiting
 FLAT_MB = 20.0  # allowed growth of the worker's peak RSS from `small` to `big` waiting
@@ -73,15 +73,6 @@ class Sizes:
 
 FULL = Sizes(small=1_000, big=100_000, due=1_000, worker_seconds=10, cycles=300)
 QUICK = Sizes(small=200, big=2_000, due=100, worker_seconds=1, cycles=10)
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition: bool, what: str) -> None:
-    if not condition:
-        raise CheckFailed(what)
 
 
 # --- the null transport (benchmark only) -----------------------------------------------------------------
@@ -343,9 +334,7 @@ def start_peer(push: bool = False) -> tuple[subprocess.Popen, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small samples; checks the figures exist, not the floors")
-    parser.add_argument("--databases", default="sqlite,postgresql", help="comma-separated: sqlite,postgresql,mysql")
+    parser = arguments(__doc__, quick_help="small samples; checks the figures exist, not the floors")
     parser.add_argument("--child-worker", help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=10, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -363,17 +352,10 @@ def main() -> int:
     peer, peer_url = start_peer()
     rows, problems = [], []
     try:
-        for dialect in args.databases.split(","):
-            try:
+        for dialect in args.databases:
+            with measuring(dialect, args.quick, problems):
                 rows.append(measure(dialect, sizes, peer_url))
                 print_row(rows[-1], sizes, args.quick)
-            except Unreachable as exc:
-                if args.quick and not IN_CI:
-                    print(f"SKIPPED {exc}", flush=True)
-                else:
-                    problems.append(str(exc))
-            except CheckFailed as exc:
-                problems.append(f"{dialect}: check failed: {exc}")
     finally:
         peer.stdin.close()
         peer.wait(30)
@@ -381,11 +363,7 @@ def main() -> int:
         problems += misses(rows)
         print(f"floors: tick with {sizes.due} due among {sizes.big} waiting < {TICK_FLOOR_SECONDS} s; worker peak "
               f"< {RSS_FLOOR_MB:.0f} MB and growth < {FLAT_MB:.0f} MB")
-    for problem in problems:
-        print(f"FAIL {problem}")
-    if not problems:
-        print("OK")
-    return 1 if problems else 0
+    return conclude(problems)
 
 
 if __name__ == "__main__":

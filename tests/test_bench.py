@@ -14,16 +14,16 @@ import pytest
 from tests.conftest import IN_CI, PG_ADMIN
 from tests.helpers import ROOT
 
-# bench_store's section of run_all's output, and a row of its table: database, threads, commits/s,
-# claims/s, segments/s. Other benchmarks print tables of the same shape, hence the section.
-STORE_SECTION = re.compile(r"^== bench_store\.py.*?^== bench_store\.py: exit", re.MULTILINE | re.DOTALL)
+# A row of bench_store's table: database, threads, commits/s, claims/s, segments/s. Other benchmarks
+# print tables of the same shape, hence the sections of run_all's output.
 STORE_ROW = re.compile(r"^(sqlite|postgresql)\s+([124])\s+(\d+)\s+(\d+)\s+(\d+)\s", re.MULTILINE)
 # bench_waiting's and bench_push's rows: a database, then its figures (decimals).
 FIGURES_ROW = r"^(sqlite|postgresql)((?:\s+[+-]?\d+(?:\.\d+)?){%d})\s"
 
 
 def _section(output: str, name: str) -> str:
-    found = re.search(rf"^== {name}.*?^== {name}: exit", output, re.MULTILINE | re.DOTALL)
+    """The part of run_all's output that benchmark `name` printed."""
+    found = re.search(rf"^== {re.escape(name)}.*?^== {re.escape(name)}: exit", output, re.MULTILINE | re.DOTALL)
     assert found, output
     return found.group()
 
@@ -46,9 +46,8 @@ def test_every_benchmark_runs_quick_and_prints_its_figures():
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    section = STORE_SECTION.search(result.stdout)
-    assert section, output
-    rows = {(dialect, int(threads)): figures for dialect, threads, *figures in STORE_ROW.findall(section.group())}
+    store_rows = STORE_ROW.findall(_section(result.stdout, "bench_store.py"))
+    rows = {(dialect, int(threads)): figures for dialect, threads, *figures in store_rows}
     assert set(rows) == {(d, t) for d in ("sqlite", "postgresql") for t in (1, 2, 4)}, output
     assert all(int(figure) > 0 for figures in rows.values() for figure in figures), output
     for name, columns in (("bench_waiting.py", 9), ("bench_push.py", 4)):
