@@ -1,10 +1,5 @@
 """Server-sent events over a real HTTP server on 127.0.0.1, with a worker executing the run meanwhile."""
 
-import http.client
-import json
-import socket
-from urllib.parse import urlparse
-
 from prometheus_client import REGISTRY
 
 from sidecar.domain.lease import LeasePolicy
@@ -13,42 +8,17 @@ from sidecar.store.events import list_events
 from sidecar.store.models import Run
 from tests.api_helpers import ACTOR, as_host
 from tests.helpers import run_row, sequences, steps_input, wait_until
+from tests.sse_client import EventStream
 
 pytest_plugins = ["tests.api_support"]
 
 
-class EventStream:
-    """A minimal SSE client over http.client: yields (id, event, data) per message."""
-
-    def __init__(self, base_url: str, path: str, headers: dict):
-        url = urlparse(base_url)
-        self.conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
-        self.conn.connect()
-        self.sock = self.conn.sock  # the response takes it over; kept to cut the connection at will
-        self.conn.request("GET", path, headers={**headers, "Accept": "text/event-stream"})
-        self.response = self.conn.getresponse()
-        assert self.response.status == 200, self.response.read()
-        assert self.response.getheader("Content-Type").startswith("text/event-stream")
-
-    def __iter__(self):
-        fields: dict[str, str] = {}
-        while True:
-            line = self.response.readline()
-            if not line:
-                return  # the server ended the stream
-            line = line.decode().rstrip("\n")
-            if line == "":
-                if "event" in fields:
-                    yield fields.get("id"), fields["event"], json.loads(fields["data"])
-                fields = {}
-            elif not line.startswith(":"):
-                name, _, value = line.partition(": ")
-                fields[name] = value
-
-    def close(self):
-        """Cut the connection, as a browser tab that goes away does, without reading to the end."""
-        self.sock.shutdown(socket.SHUT_RDWR)
-        self.response.close()
+def follow(base_url: str, run_id: str, headers: dict) -> EventStream:
+    """The event stream of a run, checked to be one."""
+    stream = EventStream(base_url, "GET", f"/api/v1/runs/{run_id}/events", headers)
+    assert stream.status == 200, stream.response.read()
+    assert stream.content_type.startswith("text/event-stream")
+    return stream
 
 
 def _streams_served() -> float:
@@ -62,7 +32,7 @@ def _create(steps, output="done") -> str:
 def test_sse_a_client_reading_a_running_run_sees_every_event_once_in_order(live_server, host_token, worker):
     run_id = _create([{"sleep": 0.03, "event": f"step {i}"} for i in range(25)])
     wait_until(lambda: run_row(run_id).status == "running", what="the worker to start the run")
-    stream = EventStream(live_server, f"/api/v1/runs/{run_id}/events", as_host(host_token))
+    stream = follow(live_server, run_id, as_host(host_token))
     messages = list(stream)  # until the server ends the stream
     *events, last = messages
     assert last[1] == "run" and last[2]["status"] == "completed" and last[2]["output"] == "done"
@@ -75,7 +45,7 @@ def test_sse_a_client_reading_a_running_run_sees_every_event_once_in_order(live_
 
 def test_sse_a_client_that_disconnects_does_not_disturb_the_run(live_server, host_token, worker):
     run_id = _create([{"sleep": 0.05, "event": f"step {i}"} for i in range(30)])
-    stream = EventStream(live_server, f"/api/v1/runs/{run_id}/events", as_host(host_token))
+    stream = follow(live_server, run_id, as_host(host_token))
     seen = []
     for message in stream:
         seen.append(message)
@@ -92,7 +62,7 @@ def test_sse_a_client_that_disconnects_does_not_disturb_the_run(live_server, hos
     assert kinds.count("step") == 30 and "lease_lost" not in kinds and "error" not in kinds
     assert sequences(run_id) == list(range(1, len(kinds) + 1))
     # The server still answers, and a new stream of the ended run replays it whole.
-    again = list(EventStream(live_server, f"/api/v1/runs/{run_id}/events", as_host(host_token)))
+    again = list(follow(live_server, run_id, as_host(host_token)))
     assert len(again) == len(kinds) + 1 and again[-1][1] == "run"
 
 
@@ -101,7 +71,7 @@ def test_sse_resumes_after_last_event_id_and_ends_at_a_waiting_run(live_server, 
     leases.claim_queued("holder-1", 1, LeasePolicy(30))
     Run.update(status="waiting_for_approval", lease_holder=None).where(Run.id == run_id).execute()
     headers = {**as_host(host_token), "Last-Event-ID": "1"}
-    messages = list(EventStream(live_server, f"/api/v1/runs/{run_id}/events", headers))
+    messages = list(follow(live_server, run_id, headers))
     assert [(id_, kind) for id_, kind, _ in messages] == [("2", "run_event"), (None, "run")]
     assert messages[-1][2]["waiting"] == {"kind": "approval"}
 

@@ -19,6 +19,7 @@ from tests.decision_helpers import (
     state,
 )
 from tests.helpers import run_row, wait_until
+from tests.sse_client import EventStream
 
 pytest_plugins = ["tests.api_support", "tests.decision_support"]
 
@@ -68,11 +69,14 @@ def test_now_answers_a_run_waiting_again_when_the_segment_pauses_again(client, h
     assert response.json["status"] == "waiting_for_approval" and response.json["waiting"]["generation"] == 2
 
 
-def test_now_with_a_stream_follows_the_run_from_the_decision(live_server, host_token, settings):
-    from tests.decision_support import DecisionStream
+def decision_stream(base_url: str, run_id: str, headers: dict) -> EventStream:
+    """Approve the run's pause, decided now, and follow the run from there as server-sent events."""
+    return EventStream(base_url, "POST", f"/api/v1/runs/{run_id}/decision", headers, body(run_id, mode="now"))
 
+
+def test_now_with_a_stream_follows_the_run_from_the_decision(live_server, host_token, settings):
     run_id = paused_run(settings=settings)
-    stream = DecisionStream(live_server, run_id, body(run_id, mode="now"), as_host(host_token))
+    stream = decision_stream(live_server, run_id, as_host(host_token))
     assert stream.status == 200
     *events, last = list(stream)
     assert [e["kind"] for _, _, e in events][:3] == ["decision", "status", "status"]
@@ -82,13 +86,11 @@ def test_now_with_a_stream_follows_the_run_from_the_decision(live_server, host_t
 
 
 def test_a_client_that_leaves_the_stream_does_not_break_the_run(live_server, host_token, settings):
-    from tests.decision_support import DecisionStream
-
     slow = [{"tool_calls": [{"id": "n", "name": "write_note", "arguments": {"text": "hello"}}]},
             {"tool_calls": [{"id": "s", "name": "sleep", "arguments": {"seconds": 1}}]},
             {"content": "done"}]
     run_id = paused_run(slow, settings=settings)
-    stream = DecisionStream(live_server, run_id, body(run_id, mode="now"), as_host(host_token))
+    stream = decision_stream(live_server, run_id, as_host(host_token))
     for _, _, event in stream:
         if event["kind"] == "decision":
             break
