@@ -11,7 +11,7 @@ import pytest
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, leases, outbound, resends, runs, status_guard, waits
+from sidecar.store import db, leases, outbound, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
 from tests.helpers import run_row
@@ -71,7 +71,7 @@ def cancel_rows(run_id: str) -> int:
 def test_a_cancel_racing_a_resolution_ends_the_wait_once(database_url):
     for _ in range(10):
         wait = waiting_run()
-        resolved, cancelled = race(lambda w=wait: waits.resolve(w, turn_index=0, result="the answer"),
+        resolved, cancelled = race(lambda w=wait: resolutions.resolve(w, turn_index=0, result="the answer"),
                                    lambda w=wait: runs.request_cancel(w.run_id, by="test"))
         assert cancelled == "cancelled" or isinstance(cancelled, InvalidState), cancelled
         run, closed = run_row(wait.run_id), DependencyWait.get_by_id(wait.id)
@@ -86,7 +86,7 @@ def test_a_cancel_racing_a_resolution_ends_the_wait_once(database_url):
 
 def test_two_deadline_resolutions_journal_one_cancel_task(database_url):
     wait = waiting_run()
-    results = race(*[lambda: waits.resolve(wait, turn_index=0, result="timeout: x", resolution="timeout",
+    results = race(*[lambda: resolutions.resolve(wait, turn_index=0, result="timeout: x", resolution="timeout",
                                            cancel_remote=True)] * 4)
     assert sorted(results) == [False, False, False, True]
     (row,) = Outbound.select().where(Outbound.kind == "cancel")

@@ -15,7 +15,7 @@ import contextvars
 import ipaddress
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urljoin
 
 import requests
@@ -450,20 +450,22 @@ class A2AClient:
         except ValueError as exc:
             return SendResult("outcome_unknown", error=f"unreadable answer: {exc}", bytes_received=size)
 
-    def _call(self, body_text: str, timeout: float | None):
+    def _call(self, body_text: str, timeout: float | None) -> tuple[object, int]:
+        """The JSON-RPC result of one call, and the size of the answer that carried it."""
         request_id = json.loads(body_text)["id"]
         try:
-            reply = _reply(self._post(body_text, self.dialect, timeout), request_id)
+            answer = self._post(body_text, self.dialect, timeout)
+            reply = _reply(answer, request_id)
         except (_Failed, _Malformed) as exc:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: {exc}") from None
         if reply.is_error:
             raise RemoteError(reply.error_message, reply.error_code)
-        return reply.result
+        return reply.result, len(answer.data)
 
     def _task(self, body_text: str, timeout: float | None) -> TaskView:
-        result = self._call(body_text, timeout)
+        result, size = self._call(body_text, timeout)
         try:
-            return task_view(result)
+            return replace(task_view(result), bytes_received=size)
         except ValueError:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task") from None
 
@@ -480,7 +482,7 @@ class A2AClient:
         tasks: list[TaskView] = []
         params: dict = {"contextId": context_id, "includeArtifacts": True}
         for page in range(max_pages):
-            result = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout)
+            result, _ = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout)
             if not isinstance(result, dict) or not isinstance(result.get("tasks", []), list):
                 raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task list")
             try:

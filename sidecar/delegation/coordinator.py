@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import metrics, wakeup
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, TerminationReason
-from ..store import notify, outbound, remote_agents, waits
+from ..store import notify, outbound, remote_agents, resolutions, waits
 from ..store.models import DependencyWait
 from . import cancels, reconcile, remote
 from .results import lost_task_text, refused_text, result_text, timeout_text, unreachable_text
@@ -128,7 +128,7 @@ class Coordinator:
             return
         except remote.Tampered:
             detail = {"reason": "the checkpoint failed authentication"}
-            if waits.fail(wait, TerminationReason.CHECKPOINT_INVALID, detail):
+            if resolutions.fail(wait, TerminationReason.CHECKPOINT_INVALID, detail):
                 log.error("run %s: checkpoint of wait %s failed authentication; run failed", wait.run_id, wait.id)
             return
         if wait.unsealable:
@@ -168,7 +168,8 @@ class Coordinator:
             log.warning("run %s: %s unreachable: %s", wait.run_id, agent.name, exc)
             return
         if task.finished:
-            self._resolve(wait, checkpoint, result_text(task), {"remote_task_id": task_id, "state": task.state})
+            self._resolve(wait, checkpoint, result_text(task), {"remote_task_id": task_id, "state": task.state},
+                          bytes_received=task.bytes_received)
 
     def _deadline(self, wait, checkpoint: dict) -> bool:
         """Act on a deadline that passed (True); the CancelTask row is committed with the resolution."""
@@ -176,12 +177,12 @@ class Coordinator:
         run_deadline = waits.run_deadline_of(wait)
         if run_deadline is not None and run_deadline <= now:
             detail = {"run_deadline_at": run_deadline.isoformat()}
-            if waits.fail(wait, TerminationReason.DEADLINE_EXCEEDED, detail, cancel_remote=True):
+            if resolutions.fail(wait, TerminationReason.DEADLINE_EXCEEDED, detail, cancel_remote=True):
                 log.info("run %s: its deadline passed while it waited on %s; failed", wait.run_id, wait.remote_agent)
             return True
         if wait.deadline_at <= now:
             detail = {"deadline_at": wait.deadline_at.isoformat()}
-            if waits.resolve(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
+            if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
                              resolution="timeout", detail=detail, cancel_remote=True):
                 log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
             return True
@@ -201,6 +202,7 @@ class Coordinator:
             waits.park(wait, waits.earliest(wait.deadline_at, waits.run_deadline_of(wait)))
         return row
 
-    def _resolve(self, wait, checkpoint: dict, text: str, detail: dict) -> None:
-        if waits.resolve(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail):
+    def _resolve(self, wait, checkpoint: dict, text: str, detail: dict, bytes_received: int = 0) -> None:
+        if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,
+                               bytes_received=bytes_received):
             log.info("run %s resumed with the answer of %s", wait.run_id, wait.remote_agent)

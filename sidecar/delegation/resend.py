@@ -12,7 +12,7 @@ import logging
 
 from ..domain.errors import NotFound
 from ..domain.vocabulary import OutboundOutcome
-from ..store import outbound, remote_agents, resends, waits
+from ..store import outbound, remote_agents, resends, resolutions, waits
 from ..store.models import Outbound
 from ..store.resends import NotResendable
 from . import reconcile, remote
@@ -73,7 +73,7 @@ def _settle(wait, row: Outbound, sent, agent_name: str) -> None:
             turn_index = remote.unseal_checkpoint(wait)["turn_index"]
         except (remote.KeyMissing, remote.Tampered):
             turn_index = None  # the coordinator deals with the checkpoint (and polls a task) when it looks
-        if turn_index is not None and waits.resolve(wait, turn_index=turn_index, result=text,
+        if turn_index is not None and resolutions.resolve(wait, turn_index=turn_index, result=text,
                                                     detail={"outbound_id": row.id, "outcome": row.outcome}):
             return
     waits.poll_now(wait.id)

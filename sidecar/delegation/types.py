@@ -32,6 +32,8 @@ class TaskView:
     # The messageIds of the caller's messages in the task's history (when the peer keeps history): how
     # reconciliation tells the task a lost send created from others in the same context.
     message_ids: tuple[str, ...] = ()
+    # The size of the answer that carried this view (a GetTask's), counted against the run's transfer budget.
+    bytes_received: int = 0
 
     @property
     def finished(self) -> bool:

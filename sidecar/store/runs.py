@@ -11,7 +11,7 @@ from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import events, pauses, statements, waits
+from . import events, pauses, resolutions, statements
 from .db import transactional
 from .models import Run
 
@@ -158,7 +158,7 @@ def _cancel(run_id: str, by: str) -> str:
         return "requested"
     if status is RunStatus.WAITING_FOR_DEPENDENCY and row.waiting_on:
         # The resolution's own guard, and the remote task's CancelTask journalled in this transaction.
-        if not waits.cancel_dependency(row, by, now):
+        if not resolutions.cancel_dependency(row, by, now):
             raise _Raced()
         return "cancelled"
     # Queued or waiting: nobody holds a lease, so the cancel is ours to finish now. The epoch grows, as on

@@ -1,0 +1,116 @@
+"""How a dependency wait ends: resolved with a result, failed, or cancelled; each exactly once.
+
+Each is one guarded transaction: `resolved_at IS NULL` and the run still waiting on this wait, then the
+tool result is stored for exactly the suspended tool-call id and the run is queued (or ends); any racing
+resolver finds zero rows. A deadline or a cancel journals its CancelTask in that same transaction.
+"""
+
+from datetime import datetime
+
+from .. import wakeup
+from ..domain.clock import utcnow
+from ..domain.vocabulary import RunStatus, TerminationReason
+from . import events, notify, outbound
+from .db import database, transactional
+from .models import DependencyWait, Run, ToolResult
+from .waits import WAITING
+
+
+class _Lost(Exception):
+    """The run no longer waits on this wait: undo the resolution."""
+
+
+def _close(wait: DependencyWait, resolution: str, now) -> list:
+    """Mark the wait resolved (guarded); the run guard the caller must apply next."""
+    closed = DependencyWait.update(resolved_at=now, resolution=resolution).where(
+        DependencyWait.id == wait.id, DependencyWait.resolved_at.is_null()).execute()
+    if closed != 1:
+        raise _Lost()
+    return [Run.id == wait.run_id, Run.status == WAITING, Run.waiting_on == wait.id]
+
+
+def _cancel_remote(wait: DependencyWait, guard, now) -> None:
+    """Journal the CancelTask of the wait's remote task (a deadline, a cancel): committed with the
+    resolution, sent after it (delegation/cancels.py)."""
+    send_row = outbound.get(wait.outbound_id)
+    if send_row is not None and outbound.journal_cancel(send_row, guard, now) is not None:
+        notify.notify()
+        database.after_commit(wakeup.dependencies_due)
+
+
+@transactional
+def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str, detail: dict,
+             cancel_remote: bool, bytes_received: int) -> None:
+    now = utcnow()
+    guard = _close(wait, resolution, now)
+    if events.append(wait.run_id, guard, "resume", {"pause_id": wait.id, "resolution": resolution, **detail}) is None:
+        raise _Lost()
+    if cancel_remote:
+        _cancel_remote(wait, guard, now)
+    events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
+    events.append(wait.run_id, guard, "tool", {"turn_index": turn_index, "tool_call_id": wait.tool_call_id,
+                                               "name": "delegate_to_agent", "result": result})
+    ToolResult.insert(run=wait.run_id, tool_call_id=wait.tool_call_id, turn_index=turn_index,
+                      name="delegate_to_agent", result=result, created_at=now).execute()
+    Run.update(status=RunStatus.QUEUED.value, waiting_on=None, queued_at=now, updated_at=now,
+               lease_epoch=Run.lease_epoch + 1, bytes_used=Run.bytes_used + bytes_received).where(*guard).execute()
+
+
+def resolve(wait: DependencyWait, *, turn_index: int, result: str, resolution: str = "result",
+            detail: dict | None = None, cancel_remote: bool = False, bytes_received: int = 0) -> bool:
+    """Answer the suspended tool call with `result` and queue the run. True for the one caller that wins.
+    With `cancel_remote` (a deadline) the remote task's CancelTask is journalled in the same transaction;
+    `bytes_received`, the size of the answer that carried the result, is added to the run's transfer count
+    by the winner only."""
+    try:
+        _resolve(wait, turn_index, result, resolution, detail or {}, cancel_remote, bytes_received)
+    except _Lost:
+        return False
+    wakeup.runs_queued()
+    return True
+
+
+@transactional
+def _fail(wait: DependencyWait, reason: TerminationReason, detail: dict, cancel_remote: bool) -> None:
+    now = utcnow()
+    guard = _close(wait, reason.value, now)
+    if events.append(wait.run_id, guard, "resume", {"pause_id": wait.id, "resolution": reason.value, **detail}) is None:
+        raise _Lost()
+    if cancel_remote:
+        _cancel_remote(wait, guard, now)
+    events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.FAILED.value})
+    Run.update(status=RunStatus.FAILED.value, termination_reason=reason.value, waiting_on=None, finished_at=now,
+               updated_at=now, lease_epoch=Run.lease_epoch + 1).where(*guard).execute()
+
+
+def fail(wait: DependencyWait, reason: TerminationReason, detail: dict | None = None,
+         cancel_remote: bool = False) -> bool:
+    """End the waiting run `failed` (a tampered checkpoint, the run's deadline). True for the one winner."""
+    try:
+        _fail(wait, reason, detail or {}, cancel_remote)
+    except _Lost:
+        return False
+    return True
+
+
+def cancel_dependency(run: Run, by: str, now: datetime) -> bool:
+    """Inside the caller's transaction (store/runs.py's cancel): end a run waiting for a dependency as
+    `cancelled`, with the resolution's guard (the wait unresolved and the run still waiting on it) and a
+    pending CancelTask row. False, with nothing written, when a resolution got there first."""
+    wait = DependencyWait.get_or_none(DependencyWait.id == run.waiting_on) if run.waiting_on else None
+    if wait is None:
+        return False
+    try:
+        with database.atomic():  # a savepoint: a lost guard undoes the wait's closing too
+            guard = _close(wait, "cancelled", now)
+            change = {"from": WAITING, "to": RunStatus.CANCELLED.value, "by": by}
+            if events.append(run.id, guard, "resume", {"pause_id": wait.id, "resolution": "cancelled"}) is None:
+                raise _Lost()
+            _cancel_remote(wait, guard, now)
+            events.append(run.id, guard, "status", change)
+            Run.update(status=RunStatus.CANCELLED.value, termination_reason=TerminationReason.CANCELLED.value,
+                       cancel_requested_at=run.cancel_requested_at or now, finished_at=now, waiting_on=None,
+                       queued_at=None, lease_epoch=Run.lease_epoch + 1, updated_at=now).where(*guard).execute()
+    except _Lost:
+        return False
+    return True
