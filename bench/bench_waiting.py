@@ -326,8 +326,7 @@ def start_peer(push: bool = False) -> tuple[subprocess.Popen, str]:
     """A real a2a-sdk peer (tests/a2a_peer.py) in its own process, until its standard input closes."""
     code = (f"import sys; from tests.a2a_peer import Peer; p = Peer(card='1.0', push={push}).start(); "
             "print(p.url, flush=True); sys.stdin.read()")
-    # Its log is not shown: the sdk logs a traceback for every push the sidecar refuses (a push that
-    # arrives before the wait it is for was committed is 401, and is never retried).
+    # Its log is not shown: the benchmark prints its own figures, and the peer's log would bury them.
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     return proc, proc.stdout.readline().strip()

@@ -1,13 +1,16 @@
 """The store's guards around a dependency wait on SQLite, PostgreSQL and MariaDB (no remote agent needed):
 a cancel racing a resolution ends the wait once; two deadline resolutions journal one CancelTask; resends
-racing a reconciliation leave exactly one winner; a wait's next poll never passes its deadline."""
+racing a reconciliation leave exactly one winner; a wait's next poll never passes its deadline; a push that
+comes before the suspension, or races it, is kept and makes the wait due."""
 
+import json
 import threading
 import uuid
 from datetime import timedelta
 
 import pytest
 
+from sidecar.delegation import push
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState
 from sidecar.domain.lease import LeasePolicy
@@ -26,22 +29,34 @@ def open_gate(database_url):
     status_guard.install(None)
 
 
-def waiting_run(*, outcome: str = "accepted", deadline_in: float = 3600, poll: float | None = 60) -> DependencyWait:
-    """A run suspended on a journalled send (accepted with task `task-<run>`, or another outcome)."""
+def journalled_send(*, outcome: str = "accepted", body: str = '{"x": 1}'):
+    """A claimed run with a journalled send (accepted with task `task-<run>`, or another outcome)."""
     run_id = runs.create_run("owner", "x", wake=False)
     (claim,) = leases.claim_queued("w", 1, LEASE)
     row, _ = outbound.record_send(claim, owner="owner", remote_agent="research", message_id=str(uuid.uuid4()),
-                                  tool_call_id="call_1", context_id=str(uuid.uuid4()), body='{"x": 1}')
+                                  tool_call_id="call_1", context_id=str(uuid.uuid4()), body=body)
     task_id = f"task-{run_id}" if outcome == "accepted" else None
     outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
+    return claim, outbound.get(row.id)
+
+
+def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
+               push_token: str | None = None) -> DependencyWait:
     now = utcnow()
     suspension = waits.Suspension(
-        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=outcome,
-        remote_task_id=task_id, checkpoint="sealed", key_fingerprint="f" * 16,
+        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=row.outcome,
+        remote_task_id=row.remote_task_id, checkpoint="sealed", key_fingerprint="f" * 16,
         deadline_at=now + timedelta(seconds=deadline_in),
-        next_poll_at=now + timedelta(seconds=poll) if poll is not None else None)
+        next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
+        push_token_sha256=waits.push_token_digest(push_token) if push_token else None)
     waits.suspend(claim, suspension, delegations=1, bytes_used=8)
-    return waits.current(run_id)
+    return waits.current(claim.run_id)
+
+
+def waiting_run(*, outcome: str = "accepted", deadline_in: float = 3600, poll: float | None = 60) -> DependencyWait:
+    """A run suspended on a journalled send."""
+    claim, row = journalled_send(outcome=outcome)
+    return suspend_on(claim, row, deadline_in=deadline_in, poll=poll)
 
 
 def race(*actions) -> list:
@@ -124,3 +139,68 @@ def test_a_waits_next_poll_never_passes_its_deadline(database_url):
     waits.poll_now(soon.id)
     (claimed,) = waits.claim_due(10)
     assert claimed.id == soon.id and DependencyWait.get_by_id(soon.id).next_poll_at == soon.deadline_at
+
+
+# --- pushes that come before the suspension ---------------------------------------------------------------
+
+
+def send_with_push(outcome: str = "accepted"):
+    """A journalled send whose body registers a push config, as delegation/start.py builds it; and its token."""
+    claim, row = journalled_send(outcome=outcome, body="{}")
+    token = f"{claim.run_id}.{uuid.uuid4().hex}"
+    body = {"jsonrpc": "2.0", "id": row.message_id, "method": "SendMessage", "params": {
+        "message": {"messageId": row.message_id, "role": "ROLE_USER", "parts": [{"text": "work"}]},
+        "configuration": {"taskPushNotificationConfig": {"url": "http://sidecar.example/api/v1/push",
+                                                          "token": token}}}}
+    Outbound.update(request_body=json.dumps(body)).where(Outbound.id == row.id).execute()
+    return claim, outbound.get(row.id), token
+
+
+def status_push(task_id: str) -> dict:
+    return {"statusUpdate": {"taskId": task_id, "status": {"state": "TASK_STATE_WORKING"}}}
+
+
+def test_a_push_before_the_suspension_is_kept_and_makes_the_wait_due_at_once(database_url):
+    create_agent("research", AgentFields(url="http://agent.example", poll_interval_seconds=60, deadline_seconds=3600))
+    claim, row, token = send_with_push()
+    delegation = push.authenticate(token)
+    assert delegation.wait is None and delegation.row.id == row.id
+    assert push.receive(delegation, status_push(row.remote_task_id)) is True
+    noted = outbound.get(row.id).push_received_at
+    assert noted is not None
+    wait = suspend_on(claim, row, poll=60, push_token=token)
+    assert wait.next_poll_at <= utcnow()  # not a minute from now
+    (claimed,) = waits.claim_due(10)
+    assert claimed.id == wait.id
+    # A second early push changes nothing on the row; once the wait exists, pushes go to it.
+    assert push.authenticate(token).wait.id == wait.id
+
+
+def test_a_push_looked_up_before_the_suspension_and_noted_after_it_still_brings_the_wait_forward(database_url):
+    claim, row, token = send_with_push()
+    delegation = push.authenticate(token)  # no wait yet
+    wait = suspend_on(claim, row, poll=60, push_token=token)  # commits without the note
+    assert wait.next_poll_at > utcnow()
+    assert push.receive(delegation, status_push(row.remote_task_id)) is True
+    assert DependencyWait.get_by_id(wait.id).next_poll_at <= utcnow()
+
+
+def test_a_push_before_the_suspension_with_another_task_or_token_changes_nothing(database_url):
+    claim, row, token = send_with_push()
+    with pytest.raises(push.NotThisDelegation):
+        push.receive(push.authenticate(token), status_push("another-task"))
+    for wrong in (token + "x", f"{uuid.uuid4()}.{token.partition('.')[2]}", "no-dot", "", None):
+        with pytest.raises(push.Unauthenticated):
+            push.authenticate(wrong)
+    assert outbound.get(row.id).push_received_at is None
+    assert suspend_on(claim, row, poll=60, push_token=token).next_poll_at > utcnow()
+
+
+def test_a_push_racing_the_suspension_is_never_lost(database_url):
+    for _ in range(10):
+        claim, row, token = send_with_push()
+        pushed, _ = race(lambda t=token, r=row: push.receive(push.authenticate(t), status_push(r.remote_task_id)),
+                         lambda c=claim, r=row, t=token: suspend_on(c, r, poll=60, push_token=t))
+        assert pushed is True, pushed
+        wait = waits.current(claim.run_id)
+        assert wait.next_poll_at <= utcnow(), "the push came before or after the suspension: the wait is due"

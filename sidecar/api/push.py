@@ -32,8 +32,8 @@ class PushNotification(MethodView):
         """Receive an A2A push notification for a delegation."""
         try:
             # The token first: an unauthenticated caller learns nothing, not even how bodies are read.
-            wait = push.authenticate(_presented_token())
-            push.receive(wait, json_object(request.get_data(cache=True)))
+            delegation = push.authenticate(_presented_token())
+            push.receive(delegation, json_object(request.get_data(cache=True)))
         except push.Unauthenticated as exc:
             metrics.PUSHES.labels("unauthenticated").inc()
             raise ApiError(401, "unauthenticated", str(exc)) from None

@@ -5,14 +5,20 @@ It only brings the wait's next poll forward to now and wakes the coordinators (i
 in others through NOTIFY on PostgreSQL, or their next look at the due index on SQLite and MariaDB). For a
 delegation whose outcome is unknown the task id cannot be checked against the journal yet: the push
 makes the coordinator reconcile, which only accepts a task of the delegation's own context.
+
+Peers push as soon as a task starts, often before the run's suspension on it is committed. Such a push is
+matched to the journalled send instead (its body holds the push config, token included) and noted there;
+the suspension then makes its wait due at once. Whichever of the two commits second sees the other.
 """
 
+import hmac
 import logging
+from dataclasses import dataclass
 
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, waits
-from ..store.models import DependencyWait
-from .a2a import notification_task_id
+from ..store.models import DependencyWait, Outbound
+from .a2a import notification_task_id, push_target_of
 
 log = logging.getLogger("nrllm_sidecar.push")
 
@@ -27,25 +33,59 @@ class NotThisDelegation(Exception):
     pass
 
 
-def authenticate(token: str | None) -> DependencyWait:
-    """The wait whose delegation `token` was made for (open or resolved); Unauthenticated otherwise."""
+@dataclass(frozen=True)
+class Delegation:
+    """What a push token was made for: the journalled send, and the wait on it once the run is suspended."""
+
+    row: Outbound
+    wait: DependencyWait | None
+
+
+def authenticate(token: str | None) -> Delegation:
+    """The delegation `token` was made for (open or resolved); Unauthenticated otherwise."""
     wait = waits.by_push_token(token) if token else None
-    if wait is None:
+    if wait is not None:
+        row = outbound.get(wait.outbound_id)
+        if row is not None:
+            return Delegation(row, wait)
+    row = _send_made_for(token) if token else None
+    if row is None:
         raise Unauthenticated("a push needs a valid delegation token (X-A2A-Notification-Token or "
                               "Authorization: Bearer)")
-    return wait
+    return Delegation(row, None)
 
 
-def receive(wait: DependencyWait, notification) -> bool:
-    """Act on an authenticated push; True when the wait's next poll was brought forward. Raises
-    NotThisDelegation when the notification names no task, or a task that is not the delegation's."""
+def _send_made_for(token: str) -> Outbound | None:
+    """The run's journalled send whose push config carries this token (tokens are `<run id>.<secret>`)."""
+    run_id, dot, _ = token.partition(".")
+    if not dot or len(run_id) != 36:
+        return None
+    for row in outbound.sends_of_run(run_id):
+        target = push_target_of(row.request_body)
+        if target is not None and hmac.compare_digest(target.token.encode(), token.encode()):
+            return row
+    return None
+
+
+def receive(delegation: Delegation, notification) -> bool:
+    """Act on an authenticated push; True when a wait's next poll was brought forward (or, before the
+    suspension, the push was noted for it). Raises NotThisDelegation when the notification names no task,
+    or a task that is not the delegation's."""
+    row, wait = delegation.row, delegation.wait
     task_id = notification_task_id(notification)
-    row = outbound.get(wait.outbound_id)
-    if task_id is None or row is None:
+    if task_id is None:
         raise NotThisDelegation("the notification names no task of this delegation")
     unknown = row.outcome == OutboundOutcome.OUTCOME_UNKNOWN
-    if not unknown and task_id != row.remote_task_id:
+    # Before the send's answer is recorded there is no task id to compare with yet.
+    if row.remote_task_id is not None and not unknown and task_id != row.remote_task_id:
         raise NotThisDelegation(f"task {task_id} does not belong to this delegation")
+    if wait is None:
+        outbound.note_early_push(row.id)
+        # The suspension may have committed since the token was looked up: then it did not see the note.
+        wait = waits.open_wait_on(row.run_id, row.id)
+        if wait is None:
+            log.info("run %s: push for task %s before the suspension; noted", row.run_id, task_id)
+            return True
     if wait.resolved_at is not None:
         return False  # a late push (the answer was polled already): nothing to do, and nothing is wrong
     moved = waits.poll_now(wait.id)

@@ -36,8 +36,9 @@ from .types import SendResult
 log = logging.getLogger("nrllm_sidecar.delegation")
 
 PUSH_PATH = "/api/v1/push"
-# A push that arrives before the suspension is committed cannot be matched to a wait yet (401, and A2A
-# peers do not retry): a delegation with pushes is polled once this soon after it starts waiting.
+# A2A peers push once and never retry. A push that comes before the suspension is kept (delegation/push.py),
+# but one lost on the way is not: a delegation with pushes is also polled once this soon after it starts
+# waiting, so a task that ended at once does not wait the agent's whole interval for it.
 FIRST_POLL_WITH_PUSH_SECONDS = 1.0
 
 

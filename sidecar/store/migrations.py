@@ -72,12 +72,17 @@ def _v5_decisions(db):
     db.create_tables([PersonPause, Decision, Grant, Note], safe=True)
 
 
+def _v6_early_pushes(db):
+    _add_missing_columns(db, Outbound, Outbound.push_received_at)
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
     (3, "the host's consumer report", _v3_consumer_report),
     (4, "remote agents, the outbound journal, dependency waits", _v4_delegation),
     (5, "person pauses, decisions, grants, notes", _v5_decisions),
+    (6, "pushes that come before the suspension", _v6_early_pushes),
 ]
 
 

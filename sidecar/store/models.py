@@ -236,6 +236,9 @@ class Outbound(BaseModel):
     resend_count = IntegerField(default=0)
     created_at = DateTimeField()
     sent_at = DateTimeField(null=True)
+    # A push for this send that came before the run's suspension was committed (peers push as soon as the
+    # task starts): the suspension then makes its wait due at once instead of losing the push.
+    push_received_at = DateTimeField(null=True)
 
     class Meta:
         table_name = "outbound"

@@ -22,7 +22,7 @@ from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost, SidecarError
 from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
 from . import events, status_guard
-from .db import transactional
+from .db import dialect, transactional
 from .leases import Claim, fence
 from .models import Outbound, Run
 
@@ -98,6 +98,29 @@ def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_
 
 def get(outbound_id: str) -> Outbound | None:
     return Outbound.get_or_none(Outbound.id == outbound_id)
+
+
+def sends_of_run(run_id: str) -> list[Outbound]:
+    """The run's journalled sends: the rows a push token may have been made for."""
+    return list(Outbound.select().where(Outbound.run == run_id, Outbound.kind == SEND))
+
+
+@transactional
+def note_early_push(outbound_id: str) -> None:
+    """Remember a push that came before the run's suspension (the first one counts)."""
+    Outbound.update(push_received_at=utcnow()).where(
+        Outbound.id == outbound_id, Outbound.push_received_at.is_null()).execute()
+
+
+def pushed_early(outbound_id: str) -> bool:
+    """Inside the suspension's transaction: whether a push for this send came already. On a server database the
+    row is locked, so a push noting itself meanwhile waits for the suspension to commit and then finds the wait
+    (delegation/push.py), instead of both missing each other."""
+    query = Outbound.select(Outbound.push_received_at).where(Outbound.id == outbound_id)
+    if dialect() != "sqlite":  # SQLite's BEGIN IMMEDIATE already serialises the two
+        query = query.for_update()
+    row = query.first()
+    return row is not None and row.push_received_at is not None
 
 
 def get_many(outbound_ids) -> dict[str, Outbound]:

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, RunStatus
-from . import events, leases, notify
-from .db import dialect, transactional
+from . import events, leases, notify, outbound
+from .db import database, dialect, transactional
 from .leases import Claim, fence
 from .models import DependencyWait, Outbound, RemoteAgent, Run
 
@@ -48,8 +48,12 @@ def earliest(delegation_deadline: datetime, run_deadline: datetime | None) -> da
 def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -> str:
     """Store the wait and suspend the run on it; returns the pause id. Raises LeaseLost or StatusNotWritable."""
     wait_id = str(uuid.uuid4())
+    now = utcnow()
     due = earliest(s.deadline_at, Run.select(Run.deadline_at).where(Run.id == claim.run_id).scalar())
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
+    if outbound.pushed_early(s.outbound_id):
+        next_poll_at = now  # the remote agent said something already: look at once (or reconcile)
+        database.after_commit(wakeup.dependencies_due)
     leases.fenced_update(
         claim,
         pause_generation=Run.pause_generation + 1,
@@ -58,7 +62,6 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
         bytes_used=Run.bytes_used + bytes_used,
     )
     generation = Run.select(Run.pause_generation).where(Run.id == claim.run_id).scalar()
-    now = utcnow()
     DependencyWait.insert(
         id=wait_id, run=claim.run_id, generation=generation, tool_call_id=s.tool_call_id,
         remote_agent=s.remote_agent, outbound_id=s.outbound_id, checkpoint=s.checkpoint,
@@ -81,6 +84,12 @@ def current(run_id: str) -> DependencyWait | None:
     if run is None or run.status != WAITING or not run.waiting_on:
         return None
     return DependencyWait.get_or_none(DependencyWait.id == run.waiting_on)
+
+
+def open_wait_on(run_id: str, outbound_id: str) -> DependencyWait | None:
+    """The run's unresolved wait on a journalled send, if its suspension on it is committed."""
+    return DependencyWait.get_or_none(DependencyWait.run == run_id, DependencyWait.outbound_id == outbound_id,
+                                      DependencyWait.resolved_at.is_null())
 
 
 def claim_due(limit: int, now: datetime | None = None) -> list[DependencyWait]:
