@@ -258,3 +258,17 @@ def test_a_database_from_before_migration_4_gains_its_columns(database_url):
     assert {"pause_generation", "waiting_on"} <= {c.name for c in database.get_columns("runs")}
     run_id = runs.create_run("owner", "x")
     assert (run_row(run_id).pause_generation, run_row(run_id).waiting_on) == (0, None)
+
+
+def test_a_database_from_before_migration_6_gains_the_early_push_column(database_url):
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    from sidecar.store.db import database
+    from sidecar.store.models import SchemaMigration
+
+    migrate(SchemaMigrator.from_database(database.obj).drop_column("outbound", "push_received_at"))
+    SchemaMigration.delete().where(SchemaMigration.version >= 6).execute()
+    assert "push_received_at" not in {c.name for c in database.get_columns("outbound")}
+    assert migrations.upgrade() == [6]
+    assert "push_received_at" in {c.name for c in database.get_columns("outbound")}
+    assert migrations.upgrade() == []
