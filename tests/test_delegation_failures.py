@@ -178,7 +178,8 @@ def _alter_one_character(text: str) -> str:
     return text[:middle] + ("B" if text[middle] != "B" else "C") + text[middle + 1:]
 
 
-def test_a_tampered_checkpoint_fails_the_run_and_sends_nothing(settings, peers, start_worker):
+def waiting_on_a_finished_task(settings, peers, start_worker):
+    """A run waiting on a remote task that has finished, with no coordinator to notice: (peer, run id, wait)."""
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=0.2)
     run_id = delegating_run("research", "work:0.05:forty-two")
@@ -186,6 +187,11 @@ def test_a_tampered_checkpoint_fails_the_run_and_sends_nothing(settings, peers, 
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     wait = open_wait(run_id)
     wait_until(lambda: remote_state(settings, remote_task_of(run_id)) == "completed", what="the remote to finish")
+    return peer, run_id, wait
+
+
+def test_a_tampered_checkpoint_fails_the_run_and_sends_nothing(settings, peers, start_worker):
+    peer, run_id, wait = waiting_on_a_finished_task(settings, peers, start_worker)
 
     tampered = _alter_one_character(wait.checkpoint)
     assert tampered != wait.checkpoint and len(tampered) == len(wait.checkpoint)
@@ -210,13 +216,7 @@ def test_a_tampered_checkpoint_fails_the_run_and_sends_nothing(settings, peers, 
 
 def test_a_checkpoint_whose_key_was_removed_waits_until_the_key_is_back(
         settings, peers, start_worker, client):
-    peer = peers.start(card="1.0")
-    register("research", peer.url, poll=0.2)
-    run_id = delegating_run("research", "work:0.05:forty-two")
-    start_worker(concurrency=1, coordinators=0)
-    wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
-    wait = open_wait(run_id)
-    wait_until(lambda: remote_state(settings, remote_task_of(run_id)) == "completed", what="the remote to finish")
+    peer, run_id, wait = waiting_on_a_finished_task(settings, peers, start_worker)
     healthy = client.get("/api/v1/health").get_json()
     assert (healthy["status"], healthy["unsealable_checkpoints"]) == ("ok", 0)
     assert healthy["workers_alive"] >= 1
