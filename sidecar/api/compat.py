@@ -86,7 +86,7 @@ class Consumers(MethodView):
         return _reported_consumers()
 
     @roles("host", actor=False)
-    @blp.arguments(ConsumerReportSchema)
+    @blp.arguments(ConsumerReportSchema())
     @blp.response(200, ConsumerListSchema)
     def put(self, body):
         """Report every consumer the host has loaded, replacing the previous report ([] opens the gate)."""
@@ -97,7 +97,7 @@ class Consumers(MethodView):
 @blp.route("/consumers/<name>")
 class Consumer(MethodView):
     @roles("host", actor=False)
-    @blp.arguments(ConsumerVersionSchema)
+    @blp.arguments(ConsumerVersionSchema())
     @blp.response(200, ConsumerListSchema)
     def put(self, body, name):
         """Add or update one consumer of the report."""

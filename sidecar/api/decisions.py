@@ -26,7 +26,7 @@ from .documents import format_times, run_document
 from .errors import ApiError
 from .parsing import Blueprint
 from .runs import HEADERS, IDEMPOTENCY_KEY, MAX_KEY, _json, _request_digest, _scope
-from .schemas import RunSchema
+from .schemas import RUN_SCHEMA, RunSchema
 
 blp = Blueprint("decisions", __name__, url_prefix="/api/v1", description="Inbox and decisions")
 FOLLOW_POLL_SECONDS = 0.1
@@ -51,7 +51,7 @@ class Inbox(MethodView):
 class RunDecision(MethodView):
     @roles("host")
     @errors(400, 401, 403, 404, 409, 413, 422)
-    @blp.arguments(DecisionBodySchema)
+    @blp.arguments(DecisionBodySchema())
     @blp.response(200, RunSchema, description="mode now: the Run when the segment ends (terminal or waiting "
                   "again); with `Accept: text/event-stream` the run's events as server-sent events instead")
     @blp.alt_response(202, schema=ReceiptSchema, description="mode store: the receipt; a worker continues the run")
@@ -104,7 +104,7 @@ def _continue_now(taken: service.Taken, lease: LeasePolicy, idempotency_record):
     def record_answer(outcome):
         # The first answer a replay gets: the Run as this segment left it (unless another holder took it).
         if idempotency_record and outcome.value not in ("lease_lost", "requeued"):
-            idempotency.complete(*idempotency_record, 200, RunSchema().dump(run_document(runs.get_run(run_id))))
+            idempotency.complete(*idempotency_record, 200, RUN_SCHEMA.dump(run_document(runs.get_run(run_id))))
 
     continuation = Continuation(AgentLoop(current_app.extensions["nrllm_registry"]), taken.claim, lease,
                                 on_end=record_answer).start()
@@ -114,7 +114,7 @@ def _continue_now(taken: service.Taken, lease: LeasePolicy, idempotency_record):
         return streaming.stream(run_id, taken.events_before)
     database.close()  # nothing to read while the segment runs: give the connection back meanwhile
     continuation.wait()
-    return _json(RunSchema().dump(run_document(runs.get_run(run_id))), 200)
+    return _json(RUN_SCHEMA.dump(run_document(runs.get_run(run_id))), 200)
 
 
 def _follow(run_id: str):
@@ -124,4 +124,4 @@ def _follow(run_id: str):
     while (run := runs.get_run(run_id)) is not None and run.status in moving:
         database.close()
         time.sleep(FOLLOW_POLL_SECONDS)
-    return _json(RunSchema().dump(run_document(run)), 200, **{"Idempotent-Replayed": "true"})
+    return _json(RUN_SCHEMA.dump(run_document(run)), 200, **{"Idempotent-Replayed": "true"})

@@ -21,7 +21,7 @@ def _actor(actor: str) -> str:
 @blp.route("/actors/<actor>/grants")
 class ActorGrants(MethodView):
     @roles("host", "operator", actor=False)
-    @blp.arguments(GrantsQuerySchema, location="query")
+    @blp.arguments(GrantsQuerySchema(), location="query")
     @blp.response(200, GrantsSchema)
     def get(self, query, actor):
         """The actor's grants in a workspace (`workspace`, default 0)."""
@@ -29,7 +29,7 @@ class ActorGrants(MethodView):
                 "grants": grants.of(actor, query["workspace"])}
 
     @roles("host", actor=False)
-    @blp.arguments(GrantsBodySchema)
+    @blp.arguments(GrantsBodySchema())
     @blp.response(200, GrantsSchema)
     def put(self, body, actor):
         """Replace the actor's grants in a workspace (host): `agent:approve`, `agent:input`."""

@@ -131,7 +131,7 @@ def _known_name(name: str) -> str:
 class RemoteAgents(MethodView):
     @roles("operator", actor=False)
     @errors(400, 401, 403, 409, 413)
-    @blp.arguments(AgentCreateSchema)
+    @blp.arguments(AgentCreateSchema())
     @blp.response(201, AgentSchema)
     def post(self, body):
         """Register a remote agent. A name already registered is 409 invalid_state."""
@@ -164,7 +164,7 @@ class RemoteAgentByName(MethodView):
 
     @roles("operator", actor=False)
     @errors(400, 401, 403, 404, 413)
-    @blp.arguments(AgentReplaceSchema)
+    @blp.arguments(AgentReplaceSchema())
     @blp.response(200, AgentSchema)
     def put(self, body, name):
         """Replace an agent's settings. `auth` with a header and no value keeps the stored value; no `auth`
@@ -200,7 +200,7 @@ class RemoteAgentByName(MethodView):
 class OutboundJournal(MethodView):
     @roles("operator", actor=False)
     @errors(401, 403)
-    @blp.arguments(OutboundQuerySchema, location="query")
+    @blp.arguments(OutboundQuerySchema(), location="query")
     @blp.response(200, OutboundListSchema)
     def get(self, query):
         """Journal rows, newest first (at most `limit`), filtered by outcome, run and kind."""

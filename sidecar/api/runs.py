@@ -18,6 +18,7 @@ from .documents import decode_cursor, encode_cursor, event_document, run_documen
 from .errors import ApiError
 from .parsing import Blueprint
 from .schemas import (
+    RUN_SCHEMA,
     EventListSchema,
     EventsQuerySchema,
     RunCreateSchema,
@@ -59,7 +60,7 @@ def visible_run(run_id, who: Principal, *, owner_only: bool = False) -> Run:
 class Runs(MethodView):
     @roles("host")
     @errors(400, 401, 403, 413)
-    @blp.arguments(RunCreateSchema)
+    @blp.arguments(RunCreateSchema())
     @blp.response(201, RunSchema)
     @blp.doc(parameters=[{"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
                           "description": "replays the first answer for the same body (24 h); another body is 422"}])
@@ -84,7 +85,7 @@ class Runs(MethodView):
 
     @roles("host", "operator")
     @errors(400, 401, 403)
-    @blp.arguments(RunListQuerySchema, location="query")
+    @blp.arguments(RunListQuerySchema(), location="query")
     @blp.response(200, RunListSchema)
     def get(self, query):
         """List runs, newest first: a host's actor sees the runs it owns or may decide, an operator all."""
@@ -124,7 +125,7 @@ def _create(who: Principal, body: dict, wake: bool = True) -> dict:
         spec.setdefault("provider", "scripted")  # a script means nothing to any other provider
     run = runs.new_run(who.actor, body["input"], workspace=who.workspace, origin=body.get("origin"),
                        spec=spec, budget=body.get("budget") or {}, wake=wake)
-    return RunSchema().dump(run_document(run))
+    return RUN_SCHEMA.dump(run_document(run))
 
 
 def _scope(who: Principal) -> str:
@@ -151,7 +152,7 @@ class RunById(MethodView):
 class RunEvents(MethodView):
     @roles("host", "operator")
     @errors(400, 401, 403, 404)
-    @blp.arguments(EventsQuerySchema, location="query")
+    @blp.arguments(EventsQuerySchema(), location="query")
     @blp.response(200, EventListSchema, description="JSON, or with `Accept: text/event-stream` server-sent events: "
                   "`id:` the sequence, `event: run_event`, `data:` the event; a last `event: run` with the Run "
                   "once it is terminal or waiting. `Last-Event-ID` resumes after that sequence.")

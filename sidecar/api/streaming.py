@@ -16,7 +16,7 @@ from ..store import runs
 from ..store.db import database
 from ..store.events import list_events
 from .documents import event_document, run_document
-from .schemas import RunSchema
+from .schemas import RUN_SCHEMA
 
 POLL_SECONDS = 0.1
 KEEPALIVE_SECONDS = 15.0
@@ -61,7 +61,7 @@ def run_events(run_id: str, after: int, poll: float = POLL_SECONDS, keepalive: f
                 quiet_since = time.monotonic()
             status = RunStatus(run.status)
             if (status.is_terminal or status.is_waiting) and last >= run.last_event_sequence:
-                yield _message("run", RunSchema().dump(run_document(run)))
+                yield _message("run", RUN_SCHEMA.dump(run_document(run)))
                 return
             if len(batch) == BATCH:
                 continue
