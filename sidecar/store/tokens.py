@@ -15,6 +15,7 @@ from peewee import IntegrityError
 
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound
+from . import statements
 from .db import transactional
 from .models import ApiToken
 
@@ -85,5 +86,5 @@ def revoke(name: str) -> bool:
 
 def lookup(presented: str) -> TokenInfo | None:
     """The live (not revoked) token with this plaintext, or None."""
-    row = ApiToken.get_or_none(ApiToken.token_sha256 == digest(presented), ApiToken.revoked_at.is_null())
+    row = statements.select_one(ApiToken, token_sha256=digest(presented), revoked_at=None)  # on every request
     return _info(row) if row else None
