@@ -112,6 +112,20 @@ CASES = [
      "after"),
     ("after not a number", "GET", f"/api/v1/runs/{RUN}/events?after=x", "host", None, 422, "validation_failed",
      "after"),
+    # the NUL character: valid JSON and URL text, but no PostgreSQL text column can hold it
+    ("NUL in input", "POST", "/api/v1/runs", "host", {"input": "a\x00b"}, 422, "validation_failed", "input"),
+    ("NUL in origin", "POST", "/api/v1/runs", "host", {"input": "x", "origin": "o\x00"}, 422, "validation_failed",
+     "origin"),
+    ("NUL in a script", "POST", "/api/v1/runs", "host", {"input": "x", "script": [{"content": "\x00"}]}, 422,
+     "validation_failed", "script.0.content"),
+    ("NUL in a key", "POST", "/api/v1/runs", "host", {"input": "x", "budget": {"max\x00": 1}}, 422,
+     "validation_failed", None),
+    ("NUL in a query", "GET", "/api/v1/runs?owner=a%00b", "operator", None, 422, "validation_failed", "owner"),
+    ("NUL in a path", "PUT", "/api/v1/actors/a%00b/grants", "host", {"grants": []}, 422, "validation_failed",
+     "actor"),
+    ("NUL in a consumer", "PUT", "/api/v1/consumers/a%00b", "host", {"version": "1.0.0"}, 422,
+     "validation_failed", "name"),
+    ("NUL in the actor", "GET", "/api/v1/runs", "host-nul-actor", None, 422, "validation_failed", "X-Nrllm-Actor"),
     # ids
     ("malformed id", "GET", "/api/v1/runs/not-a-uuid", "host", None, 404, "not_found", None),
     ("malformed id, events", "GET", "/api/v1/runs/123/events", "operator", None, 404, "not_found", None),
@@ -145,6 +159,7 @@ def _headers(who: str, host_token: str, operator_token: str, revoked_token: str)
         "host-no-actor": as_host(host_token, actor=None),
         "host-other-actor": as_host(host_token, actor="be_user:8"),
         "host-long-actor": as_host(host_token, actor="a" * 256),
+        "host-nul-actor": as_host(host_token, actor="a\x00b"),
         "host-long-key": as_host(host_token, **{"Idempotency-Key": "k" * 256}),
         "operator": as_operator(operator_token),
     }[who]

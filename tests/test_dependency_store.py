@@ -189,7 +189,8 @@ def test_a_push_before_the_suspension_with_another_task_or_token_changes_nothing
     claim, row, token = send_with_push()
     with pytest.raises(push.NotThisDelegation):
         push.receive(push.authenticate(token), status_push("another-task"))
-    for wrong in (token + "x", f"{uuid.uuid4()}.{token.partition('.')[2]}", "no-dot", "", None):
+    for wrong in (token + "x", f"{uuid.uuid4()}.{token.partition('.')[2]}", "no-dot", "", None,
+                  f"{claim.run_id[:-1]}\x00.{token.partition('.')[2]}"):
         with pytest.raises(push.Unauthenticated):
             push.authenticate(wrong)
     assert outbound.get(row.id).push_received_at is None

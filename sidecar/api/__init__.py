@@ -7,7 +7,7 @@ from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
-from . import auth, decisions, grants, health, metrics, remote_agents, runs
+from . import auth, decisions, grants, health, metrics, parsing, remote_agents, runs
 from . import compat as compat_views
 from . import push as push_views
 from .errors import SidecarApi
@@ -34,6 +34,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     )
     # Before any view, and for routes that do not exist too: 401 unless the view is public.
     app.before_request(auth.authenticate)
+    app.before_request(parsing.refuse_nul_in_url)
     # The tools and providers runs may name, checked when a run is created.
     app.extensions["nrllm_registry"] = build_registry(settings)
     api = SidecarApi(app)

@@ -65,6 +65,9 @@ def _header(name: str, limit: int) -> str | None:
     if value is None:
         return None
     value = value.strip()
+    if "\x00" in value:
+        raise ApiError(422, "validation_failed", f"{name} holds the NUL character",
+                       {name: ["Must not contain the NUL character."]})
     if len(value) > limit:
         raise ApiError(422, "validation_failed", f"{name} is too long",
                        {name: [f"Longer than maximum length {limit}."]})

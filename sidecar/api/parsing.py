@@ -8,12 +8,14 @@ never attached by a browser on its own, so accepting JSON under any type opens n
 
 import json
 
+from flask import request
 from flask_smorest import Blueprint as SmorestBlueprint
 from webargs.flaskparser import FlaskParser
 
 from .errors import ApiError
 
 MAX_DEPTH = 64
+NUL = "\x00"  # valid in JSON and URLs, but no text column of PostgreSQL can hold it
 
 
 def _reject_constant(name: str):
@@ -33,6 +35,40 @@ def _depth(value) -> int:
     return deepest
 
 
+def _where_nul(value) -> str | None:
+    """The dotted path of the first string (or key) in a JSON value that holds the NUL character, or None."""
+    stack = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if NUL in item:
+                return path or "body"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if NUL in key:
+                    return f"{path}.{key!r}".lstrip(".")
+                stack.append((child, f"{path}.{key}".lstrip(".")))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}.{index}".lstrip(".")) for index, child in enumerate(item))
+    return None
+
+
+def nul_refused(where: str) -> ApiError:
+    return ApiError(422, "validation_failed", f"{where} holds the NUL character, which no text here may hold",
+                    {where: ["Must not contain the NUL character."]})
+
+
+def refuse_nul_in_url() -> None:
+    """before_request: path parameters and query values never hold NUL (PostgreSQL cannot store it, so it
+    would fail a query instead of being refused)."""
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, str) and NUL in value:
+            raise nul_refused(name)
+    for name, value in request.args.items(multi=True):
+        if NUL in value or NUL in name:
+            raise nul_refused(name)
+
+
 def malformed(message: str) -> ApiError:
     return ApiError(400, "malformed_request", message)
 
@@ -49,6 +85,8 @@ def json_object(raw: bytes) -> dict:
         raise malformed(f"the body must be a JSON object, not {type(value).__name__}")
     if _depth(value) > MAX_DEPTH:
         raise malformed(f"the body is nested deeper than {MAX_DEPTH} levels")
+    if (where := _where_nul(value)) is not None:
+        raise nul_refused(where)
     return value
 
 

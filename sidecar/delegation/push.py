@@ -43,15 +43,18 @@ class Delegation:
 
 def authenticate(token: str | None) -> Delegation:
     """The delegation `token` was made for (open or resolved); Unauthenticated otherwise."""
-    wait = waits.by_push_token(token) if token else None
+    refused = Unauthenticated("a push needs a valid delegation token (X-A2A-Notification-Token or "
+                              "Authorization: Bearer)")
+    if not token or "\x00" in token:  # no token holds NUL, and PostgreSQL could not even look it up
+        raise refused
+    wait = waits.by_push_token(token)
     if wait is not None:
         row = outbound.get(wait.outbound_id)
         if row is not None:
             return Delegation(row, wait)
-    row = _send_made_for(token) if token else None
+    row = _send_made_for(token)
     if row is None:
-        raise Unauthenticated("a push needs a valid delegation token (X-A2A-Notification-Token or "
-                              "Authorization: Bearer)")
+        raise refused
     return Delegation(row, None)
 
 
