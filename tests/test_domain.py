@@ -92,3 +92,11 @@ def test_reap_verdicts():
 def test_only_non_idempotent_writes_are_unsafe_to_retry():
     assert ToolEffect.READ_ONLY.retry_safe and ToolEffect.IDEMPOTENT_WRITE.retry_safe
     assert not ToolEffect.NON_IDEMPOTENT_WRITE.retry_safe
+
+
+def test_text_from_outside_loses_its_nul_characters_and_nothing_else():
+    from sidecar.domain.text import without_nul
+
+    value = {"a\x00": ["x\x00y", {"k": "\x00"}, 3, None, True], "plain": "é\u2028"}
+    assert without_nul(value) == {"a\ufffd": ["x\ufffdy", {"k": "\ufffd"}, 3, None, True], "plain": "é\u2028"}
+    assert without_nul("no nul") == "no nul"

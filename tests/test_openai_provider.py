@@ -169,3 +169,16 @@ def test_an_unreachable_server_fails_the_run_with_the_reason(sqlite_url, chat_se
     run_segment(AgentLoop(registry(settings=settings)))
     (error,) = [e["payload"] for e in events.list_events(run_id) if e["kind"] == "error"]
     assert f"cannot reach {url}/chat/completions" in error["message"]
+
+
+def test_nul_characters_from_the_model_are_replaced_so_every_database_stores_the_run(database_url, chat_server):
+    # JSON carries NUL as \u0000, in the reply and inside the arguments' own JSON; PostgreSQL's text columns
+    # cannot hold it, so without the replacement the run's writes would fail there.
+    chat_server.answer(_completion({"content": None,
+                                    "tool_calls": [_tool_call("call_1", "echo", '{"text": "a\\u0000b"}')]}))
+    chat_server.answer(_completion({"content": "done\u0000"}))
+    run_id = _openai_run()
+    assert run_segment(_loop(chat_server)) is SegmentOutcome.COMPLETED
+    row = run_row(run_id)
+    assert (row.status, row.output) == ("completed", "done\ufffd")
+    assert chat_server.requests[1]["body"]["messages"][-1]["content"] == "a\ufffdb"

@@ -13,6 +13,7 @@ import time
 
 import requests
 
+from ..domain.text import without_nul
 from .providers import ProviderError, ToolSpec, TurnRequest
 from .turns import ToolCall, Turn
 
@@ -62,7 +63,7 @@ def _arguments(raw):
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        return without_nul(json.loads(raw))  # a "\u0000" escape in the arguments' own JSON
     except ValueError:
         return raw  # the tool call then gets `error: ... not a JSON object`, and the model may retry
 
@@ -144,7 +145,7 @@ class OpenAIProvider:
             excerpt = raw[:ERROR_BODY_EXCERPT].decode("utf-8", "replace").strip()
             raise ProviderError(f"HTTP {response.status_code} from {self.url}" + (f": {excerpt}" if excerpt else ""))
         try:
-            return json.loads(raw)
+            return without_nul(json.loads(raw))
         except ValueError as exc:
             raise ProviderError(f"malformed JSON in the answer from {self.url}: {exc}") from None
 
