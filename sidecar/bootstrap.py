@@ -5,7 +5,7 @@ factories may call it again."""
 
 from compat.service import declarations, install_store_guard
 
-from . import keys
+from . import keys, metrics
 from .config import Settings
 from .domain.errors import SidecarError
 from .plugins import notify_each, plugin_manager
@@ -36,11 +36,13 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
     pm = plugin_manager()
     declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
     install_store_guard()
-    events.on_status_change(lambda run_id, old, new: _tell_plugins(pm, run_id, old, new))
+    events.listen("status", lambda run_id, change: notify_each(
+        pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=change.get("from"), new_status=change["to"]))
+    events.listen("outbound", _count_outbound_outcome)
 
 
-def _tell_plugins(pm, run_id: str, old: str | None, new: str) -> None:
-    notify_each(pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=old, new_status=new)
+def _count_outbound_outcome(run_id: str, row: dict) -> None:
+    metrics.OUTBOUND_OUTCOMES.labels(row["kind"], row["outcome"]).inc()
 
 
 def from_env(*, migrate: bool = False) -> Settings:

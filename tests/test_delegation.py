@@ -1,6 +1,7 @@
 """Delegation to a real A2A peer: a run waits holding nothing, resumes exactly once, never sends twice."""
 
 import pytest
+from prometheus_client import REGISTRY
 
 from sidecar.store.models import Outbound, Run
 from tests.delegation_helpers import A2A_DATABASES, delegating_run, register, tool_results
@@ -10,7 +11,12 @@ pytest_plugins = ["tests.delegation_support"]
 pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
 
 
+def _outbound_outcomes(outcome: str) -> float:
+    return REGISTRY.get_sample_value("nrllm_outbound_outcomes_total", {"kind": "send", "outcome": outcome}) or 0.0
+
+
 def test_a_run_waits_holding_nothing_and_resumes_once_with_the_remote_answer(settings, peers, start_worker):
+    journalled, accepted = _outbound_outcomes("pending"), _outbound_outcomes("accepted")
     peer = peers.start(card="1.0")
     register("research", peer.url)
     run_id = delegating_run("research", "work:1.5:forty-two")
@@ -26,6 +32,8 @@ def test_a_run_waits_holding_nothing_and_resumes_once_with_the_remote_answer(set
     (row,) = Outbound.select()
     assert (row.outcome, row.kind, row.remote_agent) == ("accepted", "send", "research")
     assert run_row(run_id).delegations_used == 1 and run_row(run_id).bytes_used > 0
+    # /metrics counts the journal's outcomes: the row journalled, then accepted.
+    assert (_outbound_outcomes("pending") - journalled, _outbound_outcomes("accepted") - accepted) == (1, 1)
 
 
 def test_two_hundred_runs_wait_at_once_on_a_worker_with_one_thread(settings, peers, start_worker):

@@ -12,23 +12,25 @@ from .models import Run, RunEvent
 
 log = logging.getLogger("nrllm_sidecar.store")
 
-# Told of every status change once its transaction commits: (run_id, old status, new status).
-StatusListener = Callable[[str, str | None, str], None]
-_status_listener: StatusListener | None = None
+# Told of each event of a kind once its transaction commits: (run_id, payload). One listener per kind:
+# "status" tells the plugins of status changes, "outbound" counts the journal's outcomes for /metrics.
+EventListener = Callable[[str, dict], None]
+_listeners: dict[str, EventListener] = {}
 
 
-def on_status_change(listener: StatusListener | None) -> None:
-    """Install the one listener (the plugin layer's notification hook); None removes it."""
-    global _status_listener
-    _status_listener = listener
+def listen(kind: str, listener: EventListener | None) -> None:
+    """Install the listener of events of `kind` (bootstrap does); None removes it."""
+    if listener is None:
+        _listeners.pop(kind, None)
+    else:
+        _listeners[kind] = listener
 
 
-def _notify(run_id: str, old: str | None, new: str) -> None:
+def _tell(listener: EventListener, run_id: str, kind: str, payload: dict) -> None:
     try:
-        if _status_listener is not None:
-            _status_listener(run_id, old, new)
+        listener(run_id, payload)
     except Exception:  # a listener's failure must not fail the write that already committed
-        log.exception("status listener failed for run %s (%s -> %s)", run_id, old, new)
+        log.exception("listener of %s events failed for run %s", kind, run_id)
 
 
 def append(run_id: str, guard, kind: str, payload: dict, *, also: dict | None = None) -> int | None:
@@ -50,8 +52,8 @@ def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     """Insert the event numbered `sequence`, a number the caller took by bumping the run's counter in this
     transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
     statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True))
-    if kind == "status":
-        database.after_commit(lambda: _notify(run_id, payload.get("from"), payload["to"]))
+    if (listener := _listeners.get(kind)) is not None:
+        database.after_commit(lambda: _tell(listener, run_id, kind, payload))
 
 
 def list_events(run_id: str, after: int = 0, limit: int = 1000) -> list[dict]:
