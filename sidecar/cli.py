@@ -8,6 +8,7 @@ import sys
 import threading
 
 import click
+from prometheus_client import start_http_server
 
 from . import bootstrap
 from .bootstrap import SchemaNotCurrent
@@ -103,9 +104,17 @@ def _with_worker_options(fn):
 
 @main.command()
 @_with_worker_options
-def worker(concurrency: int, poll_interval: float, executor: str, grace: float) -> None:
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="Serve this process's Prometheus counters on http://HOST:PORT/metrics (no token).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="The address --metrics-port listens on.")
+def worker(concurrency: int, poll_interval: float, executor: str, grace: float, metrics_port: int | None,
+           metrics_host: str) -> None:
     """Claim queued runs and execute them until SIGTERM; then finish or release what is held."""
     settings = _bind(migrate=True)
+    if metrics_port is not None:
+        # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
+        start_http_server(metrics_port, addr=metrics_host)
     w = _make_worker(settings, concurrency, poll_interval, executor)
     _on_termination(lambda: w.stop(grace))
     w.run()

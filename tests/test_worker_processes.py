@@ -165,3 +165,22 @@ def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tm
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="another worker to take it over")
     finally:
         stop_process(taker)
+
+
+def test_a_worker_serves_its_own_counters_on_its_metrics_port(database_url, tmp_path):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_id = runs.create_run("owner", steps_input({"event": "work"}, output="done"))
+    proc = start_worker(database_url, *STEPS, "--metrics-port", str(port), log_path=tmp_path / "w.log")
+    try:
+        wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the run to complete")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            scraped = answer.read().decode()
+    finally:
+        stop_process(proc)
+    assert 'nrllm_segment_outcomes_total{outcome="completed"} 1.0' in scraped, scraped
+    assert "nrllm_claims_total 1.0" in scraped
