@@ -1,12 +1,9 @@
 """The gate as the rest of the sidecar sees it: declarations from the plugins, the report from the store."""
 
-from peewee import fn
-
 from sidecar.consumers import core_consumer_versions
 from sidecar.plugins import PluginLoadError, plugin_manager, results_by_plugin
 from sidecar.store import consumers as consumer_store
-from sidecar.store import status_guard
-from sidecar.store.models import Run
+from sidecar.store import runs, status_guard
 
 from .gate import Declaration, Gate, ReportedConsumer
 
@@ -44,8 +41,8 @@ def current_gate() -> Gate:
 
 def runs_in_unreadable_status(gate: Gate) -> int:
     """Runs already in a status some loaded consumer cannot read: counted, never rewritten."""
-    groups = Run.select(Run.status, Run.origin, fn.COUNT(Run.id)).group_by(Run.status, Run.origin).tuples()
-    return sum(count for status, origin, count in groups if not gate.may_write(status, origin))
+    counts = runs.count_by_status_and_origin()
+    return sum(n for (status, origin), n in counts.items() if not gate.may_write(status, origin))
 
 
 def report() -> dict:

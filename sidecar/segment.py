@@ -48,6 +48,10 @@ class Segment:
     def update(self, **values) -> None:
         self.guarded(leases.update_run, **values)
 
+    def add_to_counters(self, **amounts) -> None:
+        """Add to the run's counters (e.g. delegations_used=1, bytes_used=n), summed by the database."""
+        self.guarded(leases.add_to_counters, **amounts)
+
     def stamp_pending_effect(self, description: str) -> None:
         """Before a non-idempotent write: a run lost from here on is not retried."""
         self.update(pending_effect=description)

@@ -8,8 +8,7 @@ from peewee import PeeweeException
 
 from .. import keys
 from ..domain.lease import LeasePolicy
-from ..store import runs, sealed, workers
-from ..store.db import database
+from ..store import db, runs, sealed, workers
 from .auth import public
 
 blp = Blueprint("health", __name__, url_prefix="/api/v1", description="Liveness and readiness")
@@ -31,7 +30,7 @@ class Health(MethodView):
     def get(self):
         settings = current_app.config["NRLLM_SETTINGS"]
         try:
-            database.execute_sql("SELECT 1")
+            db.ping()
             alive = workers.alive_count(LeasePolicy(settings.lease_seconds).worker_alive_window)
             oldest = runs.oldest_queued_seconds()
             # Checkpoints sealed under a key that was removed: their runs wait until the key is back.

@@ -17,7 +17,7 @@ from ..domain.decisions import ACTION_FOR, DecisionKind, PauseKind, input_errors
 from ..domain.errors import SidecarError
 from ..domain.lease import LeasePolicy
 from ..permissions import may, may_decide
-from ..store import grants, pauses
+from ..store import pauses, runs
 from ..store.db import transactional
 from ..store.leases import Claim
 from ..store.models import Decision, Run
@@ -74,7 +74,7 @@ def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePol
 
     Database work and pure checks only: the transaction may be retried whole on a deadlock.
     """
-    run = Run.get_or_none(Run.id == request.run_id)
+    run = runs.get_run(request.run_id)
     if run is None or not can_see(request.actor, request.workspace, run):
         raise Refused(404, "not_found", f"no run {request.run_id}")
     kind = DecisionKind(request.decision)
@@ -126,5 +126,4 @@ def list_visibility(actor: str, workspace: str) -> dict:
     grant), each then asked like a single run is. A right a plugin gives beyond grants shows in the inbox
     and on the run itself, not in the list (asking the hook about every run would make a page cost all runs).
     """
-    where = (Run.owner == actor) | Run.workspace.in_(grants.workspaces_of(actor))
-    return {"where": where, "keep": lambda run: can_see(actor, workspace, run)}
+    return {"owned_or_granted_to": actor, "keep": lambda run: can_see(actor, workspace, run)}

@@ -24,7 +24,7 @@ from datetime import timedelta
 from .. import failpoints
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome
-from ..store import outbound, remote_agents, waits
+from ..store import outbound, remote_agents, runs, waits
 from ..store.models import Run
 from ..store.status_guard import StatusNotWritable
 from . import reconcile, remote
@@ -65,7 +65,9 @@ class DelegationCall:
 
 def start(call: DelegationCall, settings) -> Started:
     segment = call.segment
-    run = Run.get_by_id(segment.run_id)  # fresh budget counters: earlier segments may have spent some
+    run = runs.get_run(segment.run_id)  # fresh budget counters: earlier segments may have spent some
+    if run is None:
+        raise Run.DoesNotExist(f"run {segment.run_id} does not exist")  # as Run.get_by_id raised
     agent = remote_agents.get_agent(call.arguments["agent"])
     if agent is None:
         return error(f"unknown remote agent {call.arguments['agent']!r}")
@@ -144,7 +146,7 @@ def _after_retry(call, run, agent, row, settings) -> Started:
 
 
 def _count(call: DelegationCall, traffic: int) -> None:
-    call.segment.update(delegations_used=Run.delegations_used + 1, bytes_used=Run.bytes_used + traffic)
+    call.segment.add_to_counters(delegations_used=1, bytes_used=traffic)
 
 
 def _suspend(call, run, agent, row, traffic: int, settings) -> Started:

@@ -89,6 +89,11 @@ def bind(url: str):
     return db
 
 
+def ping() -> None:
+    """Ask the database for a trivial answer: raises (a PeeweeException) when it does not answer."""
+    database.execute_sql("SELECT 1")
+
+
 def dialect() -> str:
     db = database.obj
     if isinstance(db, SqliteDatabase):

@@ -11,7 +11,7 @@ from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import events, pauses, resolutions, statements
+from . import events, grants, pauses, resolutions, statements
 from .db import transactional
 from .models import Run
 
@@ -92,21 +92,23 @@ def list_runs(
     origin: str | None = None,
     limit: int = 50,
     after: tuple[datetime, str] | None = None,
-    where=None,
+    owned_or_granted_to: str | None = None,
     keep: Callable[[Run], bool] | None = None,
 ) -> tuple[list[Run], tuple[datetime, str] | None]:
     """Runs newest first, and the key to pass as `after` for the next page (None on the last page).
 
-    `visible_to` restricts to one owner's runs (a host's actor); `owner` is the caller's filter. `where` (a
-    peewee expression) and `keep` (asked of each row) restrict what a caller may see in other ways.
+    `visible_to` restricts to one owner's runs (a host's actor); `owner` is the caller's filter.
+    `owned_or_granted_to` (an actor) restricts to the runs it owns or that are in a workspace where it holds
+    any grant, and `keep` (asked of each row) restricts what a caller may see in other ways.
     Keyset paging on (created_at, id): a page never repeats or skips a run created meanwhile.
     """
     query = Run.select()
     for column, value in ((Run.owner, visible_to), (Run.owner, owner), (Run.status, status), (Run.origin, origin)):
         if value is not None:
             query = query.where(column == value)
-    if where is not None:
-        query = query.where(where)
+    if owned_or_granted_to is not None:
+        actor = owned_or_granted_to
+        query = query.where((Run.owner == actor) | Run.workspace.in_(grants.workspaces_of(actor)))
     rows: list[Run] = []
     while True:
         page = query
@@ -188,6 +190,12 @@ def _cancel(run_id: str, by: str) -> str:
 def count_by_status() -> dict[str, int]:
     rows = Run.select(Run.status, fn.COUNT(Run.id).alias("n")).group_by(Run.status).tuples()
     return {status: n for status, n in rows}
+
+
+def count_by_status_and_origin() -> dict[tuple[str, str | None], int]:
+    """How many runs there are of each (status, origin) pair present: what the compatibility gate asks of each."""
+    rows = Run.select(Run.status, Run.origin, fn.COUNT(Run.id)).group_by(Run.status, Run.origin).tuples()
+    return {(status, origin): n for status, origin, n in rows}
 
 
 def oldest_queued_seconds() -> float:
