@@ -20,9 +20,10 @@ BUDGET_LIMITS = ("max_delegations", "max_bytes", "max_tokens", "max_cost", "max_
 
 @transactional
 def _insert_queued(values: dict) -> Run:
-    Run.insert(**values).execute()
-    sequence = events.append(values["id"], [], "status", {"from": None, "to": RunStatus.QUEUED.value})
-    return Run(**values, last_event_sequence=sequence)  # the row as inserted, without reading it back
+    values = {**values, "last_event_sequence": 1}  # its first event, inserted next
+    statements.insert_row(Run, values)
+    events.record(values["id"], 1, "status", {"from": None, "to": RunStatus.QUEUED.value})
+    return Run(**values)  # the row as inserted, without reading it back
 
 
 def create_run(owner: str, input: str, **options) -> str:
