@@ -122,26 +122,40 @@ def updated_value(update, column, key):
     return model.select(column).where(model._meta.primary_key == key).scalar()
 
 
-def _is_transient(exc: Exception) -> bool:
-    """Deadlocks, serialization failures and a busy SQLite file: the whole transaction may be retried."""
-    original = exc.args[0] if exc.args else None
-    code = getattr(original, "pgcode", None)
-    if code in ("40P01", "40001"):
-        return True
-    args = getattr(original, "args", ())
-    if args and args[0] in (1213, 1205):  # MySQL deadlock, lock wait timeout
-        return True
-    return "database is locked" in str(exc)
+def _is_transient(exc: BaseException) -> bool:
+    """Deadlocks, serialization failures and a busy SQLite file: the whole transaction may be retried.
+
+    Also an error raised while undoing one: MariaDB ends the whole transaction at a deadlock, so undoing an
+    inner savepoint then fails ("SAVEPOINT ... does not exist") and that error hides the deadlock; the
+    exception chain still holds it.
+    """
+    while exc is not None:
+        # peewee keeps the driver's exception in .orig and takes over its args (MySQL: the error number first).
+        driver = getattr(exc, "orig", None)
+        if getattr(driver, "pgcode", None) in ("40P01", "40001"):
+            return True
+        codes = (*getattr(driver, "args", ())[:1], *exc.args[:1])
+        if any(code in (1213, 1205) for code in codes):  # MySQL deadlock, lock wait timeout
+            return True
+        if "database is locked" in str(exc):
+            return True
+        exc = exc.__context__
+    return False
 
 
 def transactional(fn):
     """Run fn in one write transaction, retried whole on a deadlock or serialization failure.
 
-    fn must do nothing but database work: it may run more than once.
+    fn must do nothing but database work: it may run more than once. Called inside another transaction it
+    is a savepoint of it and is not retried on its own: a deadlock aborts the outer transaction too (on
+    MariaDB all of it), so only the outermost level can start again.
     """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if database.in_transaction():
+            with database.atomic():
+                return fn(*args, **kwargs)
         for attempt in range(TRANSIENT_RETRIES):
             try:
                 with database.atomic():
