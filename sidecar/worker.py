@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import metrics, wakeup
 from .domain.errors import LeaseLost
-from .domain.lease import LeasePolicy
+from .domain.lease import ClaimBatch, LeasePolicy
 from .domain.vocabulary import SegmentOutcome, TerminationReason
 from .segment import Segment, SegmentExecutor
 from .store import leases, runs, workers
@@ -131,7 +131,8 @@ class Worker:
                     self.reap()
                     next_reap = time.monotonic() + self.lease.reap_interval
                 free = self.concurrency - self.active_count()
-                claims = leases.claim_queued(self.id, free, self.lease) if free > 0 else []
+                claims = leases.claim_queued(self.id, free, self.lease) if free > 0 else ClaimBatch()
+                metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
                 for claim in claims:
                     self._submit(claim)
                 if claims and len(claims) == free:

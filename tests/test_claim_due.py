@@ -30,6 +30,7 @@ def test_racing_coordinators_claim_every_due_wait_exactly_once(database_url):
     ids = seed(60)
     seed(5, due_in=3600)  # not due: never claimed
     claimed: list[list[str]] = [[] for _ in range(4)]
+    batches: list[tuple[int, int]] = []  # (waits taken, candidates another coordinator had taken first)
     start = threading.Barrier(4)
 
     def coordinator(index: int) -> None:
@@ -37,6 +38,7 @@ def test_racing_coordinators_claim_every_due_wait_exactly_once(database_url):
             start.wait()
             while batch := waits.claim_due(7):
                 claimed[index].extend(w.id for w in batch)
+                batches.append((len(batch), batch.conflicts))
         finally:
             store_db.database.close()
 
@@ -47,6 +49,9 @@ def test_racing_coordinators_claim_every_due_wait_exactly_once(database_url):
         thread.join(60)
     every = [wait_id for part in claimed for wait_id in part]
     assert sorted(every) == sorted(ids), "a due wait was claimed twice, or not at all"
+    assert all(taken + lost <= 7 for taken, lost in batches)
+    if store_db.dialect() != "mysql":  # locked reads: another coordinator's rows are never candidates
+        assert {lost for _, lost in batches} == {0}
     assert waits.claim_due(100) == []
 
 

@@ -100,6 +100,7 @@ class Coordinator:
     def tick(self) -> int:
         """Claim what is due and poll it; returns how many waits were polled."""
         due = waits.claim_due(self.batch)
+        metrics.CLAIM_CONFLICTS.inc(due.conflicts)
         # The batch's journal rows and agents in two queries, not two per wait (bench/bench_waiting.py:
         # with 1,000 due those lookups were most of a tick).
         rows = outbound.get_many(wait.outbound_id for wait in due)

@@ -48,3 +48,13 @@ def reap_verdict(requeue_count: int, pending_effect: str | None) -> ReapVerdict:
     if requeue_count >= MAX_REQUEUES:
         return ReapVerdict(requeue=False, termination_reason="retries_exhausted")
     return ReapVerdict(requeue=True, termination_reason=None)
+
+
+class ClaimBatch(list):
+    """What one claim took, and how many of its candidates another claimer had taken first (the
+    `nrllm_claim_conflicts_total` metric). Locked reads make those rare: PostgreSQL and MariaDB skip the rows
+    others hold, SQLite has one writer."""
+
+    def __init__(self, taken=(), conflicts: int = 0):
+        super().__init__(taken)
+        self.conflicts = conflicts

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
-from ..domain.lease import LeasePolicy, reap_verdict
+from ..domain.lease import ClaimBatch, LeasePolicy, reap_verdict
 from ..domain.vocabulary import RunStatus
 from . import events, statements, status_guard
 from .db import transactional
@@ -31,12 +31,12 @@ class Claim:
 
 
 @transactional
-def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> list[Claim]:
+def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
     """Claim up to `limit` queued runs, oldest first. Each run is claimed by exactly one holder."""
     if limit <= 0:
-        return []
+        return ClaimBatch()
     now = utcnow()
-    claims = []
+    claims = ClaimBatch()
     for run_id in statements.queued_run_ids(limit):
         claimed = statements.update_run(
             run_id,
@@ -49,6 +49,7 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> list[Claim]:
             returning=("lease_epoch", "last_event_sequence"),
         )
         if claimed is None:
+            claims.conflicts += 1
             continue
         epoch, sequence = claimed
         events.record(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from .. import wakeup
 from ..domain.clock import utcnow
+from ..domain.lease import ClaimBatch
 from ..domain.vocabulary import OutboundOutcome, RunStatus
 from . import events, leases, notify, outbound
 from .db import database, dialect, transactional
@@ -92,14 +93,14 @@ def open_wait_on(run_id: str, outbound_id: str) -> DependencyWait | None:
                                       DependencyWait.resolved_at.is_null())
 
 
-def claim_due(limit: int, now: datetime | None = None) -> list[DependencyWait]:
+def claim_due(limit: int, now: datetime | None = None) -> ClaimBatch:
     """Claim up to `limit` due waits by moving each one's next poll to now + its agent's interval (but
     not past its deadline). Each claimed wait carries `run_deadline_at`, the run's own deadline."""
     return _claim_due(limit, now or utcnow())
 
 
 @transactional
-def _claim_due(limit: int, now: datetime) -> list[DependencyWait]:
+def _claim_due(limit: int, now: datetime) -> ClaimBatch:
     # One transaction and a few statements for the batch, not a commit per row: 1,000 due cost over a
     # second on PostgreSQL that way (bench/bench_waiting.py). The batch is ours until the commit: on
     # PostgreSQL its rows are locked as they are read (rows another coordinator holds are skipped), on
@@ -133,10 +134,11 @@ def _claim_due(limit: int, now: datetime) -> list[DependencyWait]:
     if kind != "mysql":
         for following, ids in by_time.items():
             DependencyWait.update(next_poll_at=following).where(DependencyWait.id.in_(ids)).execute()
-        return due
-    return [wait for wait in due if DependencyWait.update(next_poll_at=wait.claimed_next_poll_at).where(
+        return ClaimBatch(due)
+    taken = [wait for wait in due if DependencyWait.update(next_poll_at=wait.claimed_next_poll_at).where(
         DependencyWait.id == wait.id, DependencyWait.next_poll_at == wait.next_poll_at,
         DependencyWait.resolved_at.is_null()).execute() == 1]
+    return ClaimBatch(taken, conflicts=len(due) - len(taken))
 
 
 def run_deadline_of(wait: DependencyWait) -> datetime | None:
