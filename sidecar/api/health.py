@@ -4,7 +4,6 @@ from flask import current_app
 from flask.views import MethodView
 from flask_smorest import Blueprint
 from marshmallow import Schema, fields
-from peewee import PeeweeException
 
 from .. import keys
 from ..domain.lease import LeasePolicy
@@ -35,7 +34,7 @@ class Health(MethodView):
             oldest = runs.oldest_queued_seconds()
             # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
             unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
-        except PeeweeException:
+        except db.DatabaseError:
             return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
                     "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0}, 503
         degraded = alive == 0 or unsealable > 0

@@ -7,11 +7,14 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlparse
 
-from peewee import DatabaseProxy, MySQLDatabase, OperationalError, SqliteDatabase
+from peewee import DatabaseProxy, MySQLDatabase, OperationalError, PeeweeException, SqliteDatabase
 from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase
 
 # Models are declared against this proxy; bind() points it at a real database (the scout pattern).
 database = DatabaseProxy()
+
+# What any failure of the database looks like to the layers above the store (health reports it).
+DatabaseError = PeeweeException
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 15
 TRANSIENT_RETRIES = 8
