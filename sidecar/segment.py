@@ -48,10 +48,6 @@ class Segment:
     def update(self, **values) -> None:
         self.guarded(leases.update_run, **values)
 
-    def add_to_counters(self, **amounts) -> None:
-        """Add to the run's counters (e.g. delegations_used=1, bytes_used=n), summed by the database."""
-        self.guarded(leases.add_to_counters, **amounts)
-
     def stamp_pending_effect(self, description: str) -> None:
         """Before a non-idempotent write: a run lost from here on is not retried."""
         self.update(pending_effect=description)
@@ -65,12 +61,13 @@ class Segment:
 
     def save_tool_result(
         self, turn_index: int, tool_call_id: str, name: str, result: str, *, event: dict,
-        clear_pending_effect: bool = False,
+        clear_pending_effect: bool = False, settle=None,
     ) -> None:
-        """Save a tool call's result and its `tool` event; a non-idempotent tool clears its stamp here too."""
+        """Save a tool call's result and its `tool` event; a non-idempotent tool clears its stamp here too, and
+        a delegation answered at once settles its send (store/outbound.py, Settlement) in the same write."""
         self.guarded(
             turns.save_tool_result, turn_index, tool_call_id, name, result, event,
-            clear_pending_effect=clear_pending_effect,
+            clear_pending_effect=clear_pending_effect, settle=settle,
         )
 
     def complete(self, output: str) -> SegmentOutcome:

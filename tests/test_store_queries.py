@@ -1,12 +1,14 @@
 """Store functions that took over queries the services used to build themselves (the store is the only
-place with SQL): counts by status and origin, the ping, fenced counters, and the runs list of an actor."""
+place with SQL): counts by status and origin, the ping, a delegation settled with its tool result, and the
+runs list of an actor."""
+
+import uuid
 
 import pytest
-from peewee import PeeweeException
 
 from sidecar.domain.errors import LeaseLost
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, grants, leases, runs
+from sidecar.store import db, grants, leases, outbound, runs, status_guard, turns
 from sidecar.store.models import Run
 from tests.helpers import run_row
 
@@ -33,25 +35,53 @@ def test_ping_answers(database_url):
 def test_ping_raises_when_the_database_does_not_answer(tmp_path):
     db.bind(f"sqlite:///{tmp_path}")  # a directory: no database file can be opened there
     try:
-        with pytest.raises(PeeweeException):
+        with pytest.raises(db.DatabaseError):
             db.ping()
     finally:
         db.database.close()
 
 
-def test_counters_are_added_under_the_fence(database_url):
+@pytest.fixture
+def open_gate(database_url):
+    status_guard.install(lambda status, origin: None)  # the journal checks the gate: every status may be written
+    yield
+    status_guard.install(None)
+
+
+def _journalled_send(claim):
+    row, _ = outbound.record_send(claim, owner="owner", remote_agent="research", message_id=str(uuid.uuid4()),
+                                  tool_call_id="call_1", context_id=str(uuid.uuid4()), body='{"x": 1}')
+    return row
+
+
+def test_a_send_answered_at_once_is_settled_with_its_tool_result_in_one_write(open_gate):
     run_id = runs.create_run("owner", "x")
     (claim,) = leases.claim_queued("w", 1, LEASE)
-    leases.add_to_counters(claim, delegations_used=1, bytes_used=120)
-    leases.add_to_counters(claim, delegations_used=1, bytes_used=30)
-    row = run_row(run_id)
-    assert (row.delegations_used, row.bytes_used) == (2, 150)
+    row = _journalled_send(claim)
+    settle = outbound.Settlement(counts={"delegations_used": 1, "bytes_used": 120}, outbound_id=row.id,
+                                 outcome="accepted", remote_task_id=None)
+    turns.save_tool_result(claim, 0, "call_1", "delegate_to_agent", "hello", {"result": "hello"},
+                           clear_pending_effect=False, settle=settle)
+    after = run_row(run_id)
+    assert (after.delegations_used, after.bytes_used) == (1, 120)
+    assert outbound.get(row.id).outcome == "accepted"
+    assert turns.load(run_id)[1] == {"call_1": "hello"}
 
+
+def test_a_settlement_under_a_lost_lease_writes_nothing(open_gate):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    row = _journalled_send(claim)
     Run.update(lease_epoch=Run.lease_epoch + 1).where(Run.id == run_id).execute()  # the lease is lost
+    settle = outbound.Settlement(counts={"delegations_used": 1, "bytes_used": 5}, outbound_id=row.id,
+                                 outcome="accepted")
     with pytest.raises(LeaseLost):
-        leases.add_to_counters(claim, delegations_used=1, bytes_used=5)
-    row = run_row(run_id)
-    assert (row.delegations_used, row.bytes_used) == (2, 150)
+        turns.save_tool_result(claim, 0, "call_1", "delegate_to_agent", "hello", {"result": "hello"},
+                               clear_pending_effect=False, settle=settle)
+    after = run_row(run_id)
+    assert (after.delegations_used, after.bytes_used) == (0, 0)
+    assert outbound.get(row.id).outcome == "pending", "the outcome's write went back with the rest"
+    assert turns.load(run_id)[1] == {}
 
 
 def test_an_actor_lists_the_runs_it_owns_or_those_of_a_granted_workspace(database_url):

@@ -44,10 +44,12 @@ FIRST_POLL_WITH_PUSH_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class Started:
-    """The tool call's result now (`result`), or the run suspended on the remote task (`suspended`)."""
+    """The tool call's result now (`result`), or the run suspended on the remote task (`suspended`). A result
+    the remote answered at once carries `settle`: what the saving of the result must also write."""
 
     result: str | None = None
     suspended: bool = False
+    settle: outbound.Settlement | None = None
 
 
 def error(text: str) -> Started:
@@ -99,13 +101,18 @@ def start(call: DelegationCall, settings) -> Started:
         failpoints.reached("delegation.after_journal")
         sent = client.send(body)
         failpoints.reached("delegation.after_send")
+        if _answered_at_once(sent):
+            # Its outcome is recorded with its tool result, in one transaction (Settlement).
+            return _answer_at_once(agent, sent, len(body), record_on=row.id)
         row = segment.guarded(outbound.record_outcome, row.id, sent.outcome,
                               remote_task_id=sent.task.id if sent.task else None, error=sent.error)
         if sent.outcome == OutboundOutcome.OUTCOME_UNKNOWN and (found := reconcile.try_find(client, row)):
             row = segment.guarded(outbound.record_found_fenced, row.id, found.id)
             if row.outcome == OutboundOutcome.ACCEPTED:
                 sent = dataclasses.replace(sent, outcome=row.outcome, task=found, error=None)
-        return _after_send(call, run, agent, row, sent, len(body), settings)
+                if _answered_at_once(sent):
+                    return _answer_at_once(agent, sent, len(body), record_on=None)
+        return _suspend(call, run, agent, row, len(body) + sent.bytes_received, settings)
     return _after_retry(call, run, agent, row, settings)
 
 
@@ -119,20 +126,31 @@ def _push_target(run_id: str, message_id: str, agent, client, settings) -> PushT
     return PushTarget(settings.public_url.rstrip("/") + PUSH_PATH, f"{run_id}.{secrets.token_urlsafe(32)}")
 
 
-def _after_send(call, run, agent, row, sent: SendResult, sent_bytes: int, settings) -> Started:
-    traffic = sent_bytes + sent.bytes_received
+def _answered_at_once(sent: SendResult) -> bool:
+    """Whether the send's answer settles the tool call now: refused, undeliverable, a message, or a task
+    already terminal or interrupted. Anything else (a task at work, an unknown outcome) is waited on."""
+    if sent.outcome in (OutboundOutcome.NOT_DELIVERED, OutboundOutcome.REJECTED):
+        return True
+    return sent.outcome == OutboundOutcome.ACCEPTED and (sent.task is None or sent.task.finished)
+
+
+def _answer_at_once(agent, sent: SendResult, sent_bytes: int, *, record_on: str | None) -> Started:
+    """The tool result of a send answered at once, and what its saving settles: the budget spent (a send not
+    delivered costs none) and, on `record_on`, the send's outcome."""
+    spent = {"delegations_used": 1, "bytes_used": sent_bytes + sent.bytes_received}
     if sent.outcome == OutboundOutcome.NOT_DELIVERED:
-        return error(f"remote agent {agent.name} unreachable: {sent.error}")  # costs no delegation
-    if sent.outcome == OutboundOutcome.REJECTED:
-        _count(call, traffic)
-        return error(f"remote agent {agent.name} refused the message: {sent.error}")
-    if sent.outcome == OutboundOutcome.ACCEPTED and sent.task is None:
-        _count(call, traffic)
-        return Started(result=sent.message_text or "")
-    if sent.outcome == OutboundOutcome.ACCEPTED and sent.task.finished:
-        _count(call, traffic)  # an answer already terminal resolves in the same segment
-        return Started(result=result_text(sent.task))
-    return _suspend(call, run, agent, row, traffic, settings)
+        result, spent = f"error: remote agent {agent.name} unreachable: {sent.error}", {}
+    elif sent.outcome == OutboundOutcome.REJECTED:
+        result = f"error: remote agent {agent.name} refused the message: {sent.error}"
+    elif sent.task is None:
+        result = sent.message_text or ""
+    else:
+        result = result_text(sent.task)
+    settle = outbound.Settlement(
+        counts=spent, outbound_id=record_on, outcome=sent.outcome if record_on else None,
+        remote_task_id=sent.task.id if sent.task else None, error=sent.error,
+    )
+    return Started(result=result, settle=settle)
 
 
 def _after_retry(call, run, agent, row, settings) -> Started:
@@ -143,10 +161,6 @@ def _after_retry(call, run, agent, row, settings) -> Started:
         return error(f"remote agent {agent.name} unreachable: {row.error}")
     # accepted (the suspension was not committed) or outcome_unknown: wait on what was journalled.
     return _suspend(call, run, agent, row, len(row.request_body), settings)
-
-
-def _count(call: DelegationCall, traffic: int) -> None:
-    call.segment.add_to_counters(delegations_used=1, bytes_used=traffic)
 
 
 def _suspend(call, run, agent, row, traffic: int, settings) -> Started:

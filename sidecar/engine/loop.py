@@ -188,6 +188,7 @@ class _RunSegment:
         tool = self.offered.get(call.name)
         effect = tool.effect if tool is not None else None
         in_flight = False
+        settle = None
         if call.name in self.withheld:
             result = error_text(f"tool {call.name!r} is not offered to this run: {self.withheld[call.name]}")
         elif tool is None and call.name in self.registry.tools:
@@ -204,7 +205,7 @@ class _RunSegment:
             started = tool.delegate(self._delegation_call(call))
             if started.suspended:
                 raise Suspended()
-            result = started.result
+            result, settle = started.result, started.settle
         else:
             if effect is ToolEffect.NON_IDEMPOTENT_WRITE:
                 # From here until its result is saved, a lost run is not retried (the reaper fails it).
@@ -220,7 +221,8 @@ class _RunSegment:
             "result": result,
         }
         self.segment.save_tool_result(
-            len(self.conversation.turns) - 1, call.id, call.name, result, event=event, clear_pending_effect=in_flight
+            len(self.conversation.turns) - 1, call.id, call.name, result, event=event, clear_pending_effect=in_flight,
+            settle=settle,
         )
         self.conversation.add_result(call, result)
 

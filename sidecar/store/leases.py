@@ -95,14 +95,6 @@ def update_run(claim: Claim, **values) -> None:
     fenced_update(claim, **values)
 
 
-@transactional
-def add_to_counters(claim: Claim, **amounts) -> None:
-    """Add `amounts` to counter columns of the claimed run (budgets spent) under the fence. The database does
-    the sum, so a count spent elsewhere since this segment read the row is kept, not overwritten."""
-    fields = Run._meta.fields
-    fenced_update(claim, **{column: fields[column] + amount for column, amount in amounts.items()})
-
-
 def renew(claim: Claim, lease: LeasePolicy) -> bool:
     """Heartbeat: push the expiry forward. False when the lease is lost (the segment must stop)."""
     now = utcnow()

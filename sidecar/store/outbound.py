@@ -14,6 +14,7 @@ attempt failed is tried again (`cancels_due`).
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from peewee import IntegrityError
@@ -84,6 +85,20 @@ def record_send(
         existing = Outbound.get_by_id(existing.id)
         _event(claim, existing, "found pending by a retry: it may have left")
     return existing, False
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What a delegation answered at once still has to write, in the transaction that saves its tool result
+    (turns.save_tool_result): the budget it spent, and the send's outcome unless that is recorded already.
+    One transaction, so a crash before it leaves the row `pending` (a retry then treats it as unknown), never
+    an outcome without its result, or a result counted twice."""
+
+    counts: dict  # budget counters to add: delegations_used, bytes_used (none for a send not delivered)
+    outbound_id: str | None = None  # with `outcome`: the pending row to record it on
+    outcome: str | None = None
+    remote_task_id: str | None = None
+    error: str | None = None
 
 
 @transactional

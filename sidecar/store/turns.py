@@ -9,6 +9,7 @@ the tool again.
 import json
 
 from ..domain.clock import utcnow
+from . import outbound
 from .db import transactional
 from .leases import Claim, fenced_update_with_event
 from .models import ModelTurn, ToolResult
@@ -31,10 +32,16 @@ def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float,
 
 @transactional
 def save_tool_result(
-    claim: Claim, turn_index: int, tool_call_id: str, name: str, result: str, event: dict, *, clear_pending_effect: bool
+    claim: Claim, turn_index: int, tool_call_id: str, name: str, result: str, event: dict, *,
+    clear_pending_effect: bool, settle: outbound.Settlement | None = None,
 ) -> None:
-    """Save a tool call's result and append its `tool` event; clear `pending_effect` when asked to."""
-    fenced_update_with_event(claim, "tool", event, **({"pending_effect": None} if clear_pending_effect else {}))
+    """Save a tool call's result and append its `tool` event; clear `pending_effect` when asked to; and for a
+    delegation answered at once, record what it settles (its outcome and the budget it spent)."""
+    if settle is not None and settle.outbound_id is not None:
+        outbound.record_outcome(claim, settle.outbound_id, settle.outcome, remote_task_id=settle.remote_task_id,
+                                error=settle.error)
+    fenced_update_with_event(claim, "tool", event, add=settle.counts if settle else None,
+                             **({"pending_effect": None} if clear_pending_effect else {}))
     ToolResult.insert(
         run=claim.run_id, tool_call_id=tool_call_id, turn_index=turn_index, name=name, result=result,
         created_at=utcnow(),
