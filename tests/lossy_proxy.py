@@ -3,7 +3,8 @@
 LossyProxy forwards each request to an upstream A2A peer, waits for the peer's whole answer, and then, for
 the JSON-RPC methods in `drop`, closes the connection without answering: the peer did the work, the
 caller never hears of it (a lost answer). Other requests are relayed; card URLs are rewritten to point at
-the proxy, so a client that reads the card through the proxy keeps talking through it.
+the proxy, so a client that reads the card through the proxy keeps talking through it. `before_answering`
+runs a test's step in the window between the peer's answer and the caller's.
 
 SilentServer accepts connections, reads what is sent, and never answers (a read timeout). CannedServer
 answers every request with the same raw bytes (a 5xx, a redirect, truncated JSON, a reset).
@@ -54,6 +55,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             lose = method in proxy.drop
             if lose:
                 proxy.dropped += 1
+        if (meanwhile := proxy.before_answering.get(method)) is not None:
+            meanwhile()  # the peer has answered; the caller has not heard yet
         if lose:
             # The peer has acted on the request; the caller gets a closed connection and no answer.
             self.close_connection = True
@@ -80,6 +83,8 @@ class LossyProxy:
         self.drop = set(drop)
         self.dropped = 0
         self.forwarded: collections.Counter = collections.Counter()  # JSON-RPC method -> requests
+        # JSON-RPC method -> a callable run after the peer answered and before the caller hears the answer.
+        self.before_answering: dict = {}
         self.lock = threading.Lock()
         self._server: _ProxyServer | None = None
 

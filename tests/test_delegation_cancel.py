@@ -140,3 +140,30 @@ def test_a_cancel_racing_the_answer_on_100_runs_ends_each_run_exactly_once(setti
     assert peer.calls["CancelTask"] == by_resolution["cancelled"] == cancels.count()
     assert by_resolution["cancelled"] > 0 and by_resolution["result"] > 0, by_resolution
     assert waits.current(run_ids[0]) is None
+
+
+def test_a_gate_closed_while_the_send_was_answered_gives_the_call_up_and_cancels_its_task(
+        settings, peers, start_worker):
+    from sidecar.store import consumers
+
+    peer = peers.start(card="1.0")
+    proxy = peers.lossy_proxy(peer, drop=())
+
+    def host_reports_an_old_consumer():
+        consumers.replace_report([{"name": "nr_mcp_agent", "version": "0.15.1"}])
+        db.database.close()  # the proxy's thread is done with the store
+
+    # The journal row passed the gate; between the peer's answer and the sidecar's suspension it closes.
+    proxy.before_answering["SendMessage"] = host_reports_an_old_consumer
+    register("research", proxy.url, poll=0.2)
+    run_id = delegating_run("research", "work:30:too late")
+    start_worker(concurrency=1)
+    wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to end without waiting")
+    run = run_row(run_id)
+    assert run.output.startswith("Remote said: error: delegation is not offered to this run: nr_mcp_agent 0.15.1")
+    assert "waiting_for_dependency" not in [e["to"] for e in events_of(run_id, "status")]
+    assert run.delegations_used == 1 and run.bytes_used > 0
+    (sent,) = Outbound.select().where(Outbound.kind == "send")
+    assert sent.outcome == "accepted"
+    wait_until(lambda: peer.calls["CancelTask"] == 1, timeout=30, what="the remote task to be cancelled")
+    assert peer.calls["SendMessage"] == 1 and peer.task_count == 1

@@ -57,3 +57,36 @@ def test_a_worker_killed_mid_delegation_never_makes_a_second_task(
         assert run_row(run_id).requeue_count == 1
     finally:
         stop_process(survivor)
+
+
+def test_a_gate_closed_between_the_send_and_its_retry_gives_the_call_up_and_cancels_its_task(
+        database_url, settings, peers, tmp_path):
+    from sidecar.store import consumers
+
+    peer = peers.start(card="1.0")
+    register("research", peer.url, poll=0.2)
+    run_id = delegating_run("research", "work:30:too late")
+    doomed = start_worker(database_url, lease=1.0, env={**WORKER_ENV, "NRLLM_FAILPOINT": "delegation.after_send"},
+                          log_path=tmp_path / "doomed.log")
+    assert doomed.wait(30) == -9, "the worker did not reach the failpoint"
+    (sent,) = Outbound.select()
+    assert (sent.outcome, peer.task_count) == ("pending", 1)
+    # The host now reports a consumer that cannot read waiting_for_dependency: the run may not wait.
+    consumers.replace_report([{"name": "nr_mcp_agent", "version": "0.15.1"}])
+
+    survivor = start_worker(database_url, lease=1.0, env=WORKER_ENV, log_path=tmp_path / "survivor.log")
+    try:
+        wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to end without waiting")
+        run = run_row(run_id)
+        assert run.output.startswith("Remote said: error: tool 'delegate_to_agent' is not offered to this run: "
+                                     "nr_mcp_agent 0.15.1")
+        assert "waiting_for_dependency" not in [e["to"] for e in events_of(run_id, "status")]
+        # It may have left: never left pending (unknown, then accepted once reconciliation finds its task).
+        assert Outbound.get_by_id(sent.id).outcome in ("outcome_unknown", "accepted")
+        assert "found pending by a retry: it may have left" in [e["note"] for e in events_of(run_id, "outbound")]
+        assert run.delegations_used == 1
+        # Its task is found by reconciliation and cancelled, once; nothing is sent again.
+        wait_until(lambda: peer.calls["CancelTask"] == 1, timeout=30, what="the remote task to be cancelled")
+        assert peer.calls["SendMessage"] == 1 and peer.task_count == 1
+    finally:
+        stop_process(survivor)

@@ -126,6 +126,18 @@ def _push_target(run_id: str, message_id: str, agent, client, settings) -> PushT
     return PushTarget(settings.public_url.rstrip("/") + PUSH_PATH, f"{run_id}.{secrets.token_urlsafe(32)}")
 
 
+def give_up(call: DelegationCall) -> outbound.Settlement | None:
+    """A call the run may no longer delegate (the gate closed) whose earlier attempt journalled a send: that
+    send may have left, so its row is settled and its task cancelled, and it is counted with the call's
+    error result. None when no send was journalled for the call."""
+    row = outbound.by_message_id(message_id_for(call.segment.run_id, call.tool_call_id))
+    if row is None:
+        return None
+    call.segment.guarded(outbound.give_up, row.id)
+    log.warning("run %s gives up its journalled delegation to %s: the gate closed", row.run_id, row.remote_agent)
+    return outbound.Settlement(counts={"delegations_used": 1, "bytes_used": len(row.request_body)})
+
+
 def _answered_at_once(sent: SendResult) -> bool:
     """Whether the send's answer settles the tool call now: refused, undeliverable, a message, or a task
     already terminal or interrupted. Anything else (a task at work, an unknown outcome) is waited on."""
@@ -190,6 +202,14 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         next_poll_at=now + timedelta(seconds=first_poll) if known else None,
         push_token_sha256=waits.push_token_digest(push.token) if push else None,
     )
-    call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)
+    try:
+        call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)
+    except StatusNotWritable as exc:
+        # The gate closed after the send was journalled (a host reported an older consumer meanwhile): the
+        # run may not wait, so the call is given up, its remote task cancelled, and the send still counted.
+        call.segment.guarded(outbound.give_up, row.id)
+        log.warning("run %s gives up its delegation to %s: %s", run.id, agent.name, exc.reason)
+        return Started(result=f"error: delegation is not offered to this run: {exc.reason}",
+                       settle=outbound.Settlement(counts={"delegations_used": 1, "bytes_used": traffic}))
     log.info("run %s waits on %s (%s)", run.id, agent.name, row.outcome)
     return Started(suspended=True)

@@ -191,6 +191,8 @@ class _RunSegment:
         settle = None
         if call.name in self.withheld:
             result = error_text(f"tool {call.name!r} is not offered to this run: {self.withheld[call.name]}")
+            # An earlier attempt of this call, made while the tool was offered, may have sent already.
+            settle = self._give_up_journalled(call)
         elif tool is None and call.name in self.registry.tools:
             result = error_text(f"tool {call.name!r} is not offered to this run (offered: {self._offered_names()})")
         elif tool is None:
@@ -245,6 +247,11 @@ class _RunSegment:
             return (f"{delegates[0].name} must be the only tool call of its turn; this turn has {len(calls)} calls, "
                     "so none of them ran")
         return None
+
+    def _give_up_journalled(self, call: ToolCall):
+        from ..delegation.start import give_up
+
+        return give_up(self._delegation_call(call))
 
     def _delegation_call(self, call: ToolCall):
         from ..delegation.start import DelegationCall

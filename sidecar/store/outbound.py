@@ -19,11 +19,12 @@ from datetime import datetime, timedelta
 
 from peewee import IntegrityError
 
+from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost, SidecarError
 from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
-from . import events, status_guard
-from .db import dialect, transactional
+from . import events, notify, status_guard
+from .db import database, dialect, transactional
 from .leases import Claim, fence
 from .models import Outbound, Run
 
@@ -56,14 +57,16 @@ def record_send(
 ) -> tuple[Outbound, bool]:
     """Commit a `send` row before the request leaves; returns (row, is_new).
 
-    The compatibility gate is checked in this transaction: once the row is committed the run may wait on it.
-    A row that exists already is returned (is_new False) after the checks above; nothing is inserted.
+    For a new row the compatibility gate is checked in this transaction: once the row is committed the run
+    may wait on it. A row that exists already (a retry) is returned (is_new False) after its own checks,
+    whatever the gate says now: it may have left, so it must be settled (start.py gives it up and cancels
+    its task when the gate has closed since).
     """
-    origin = Run.select(Run.origin).where(Run.id == claim.run_id).scalar()
-    status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
     digest = sha256(body)
     existing = Outbound.get_or_none(Outbound.message_id == message_id)
     if existing is None:
+        origin = Run.select(Run.origin).where(Run.id == claim.run_id).scalar()
+        status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
         row = Outbound(
             id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id,
             remote_agent=remote_agent, message_id=message_id, tool_call_id=tool_call_id, context_id=context_id,
@@ -78,13 +81,19 @@ def record_send(
         return row, True
     if existing.request_sha256 != digest or existing.owner != owner or existing.run_id != claim.run_id:
         raise DigestMismatch(f"message id {message_id} is journalled with another request; nothing was sent")
-    if existing.outcome == PENDING:
-        # Committed earlier and never settled: the request may have left before the crash.
-        Outbound.update(outcome=UNKNOWN, error="the sender stopped before the outcome was recorded").where(
-            Outbound.id == existing.id, Outbound.outcome == PENDING).execute()
-        existing = Outbound.get_by_id(existing.id)
-        _event(claim, existing, "found pending by a retry: it may have left")
-    return existing, False
+    return _settle_left_pending(claim, existing), False
+
+
+def _settle_left_pending(claim: Claim, row: Outbound) -> Outbound:
+    """A row a retry finds still `pending` was committed and never settled: the request may have left before
+    the crash, so it becomes `outcome_unknown` (never sent again; reconciliation or an operator settles it)."""
+    if row.outcome != PENDING:
+        return row
+    Outbound.update(outcome=UNKNOWN, error="the sender stopped before the outcome was recorded").where(
+        Outbound.id == row.id, Outbound.outcome == PENDING).execute()
+    row = Outbound.get_by_id(row.id)
+    _event(claim, row, "found pending by a retry: it may have left")
+    return row
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,20 @@ def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_
     row = Outbound.get_by_id(outbound_id)
     _event(claim, row, "sent")
     return row
+
+
+@transactional
+def give_up(claim: Claim, outbound_id: str) -> Outbound | None:
+    """The run will not wait on this send (the gate closed after it was journalled): settle a row left
+    `pending`, and journal the CancelTask of its task, if it has or may have one, under the fence. Returns
+    the cancel row, or None."""
+    row = _settle_left_pending(claim, Outbound.get_by_id(outbound_id))
+    cancel = journal_cancel(row, fence(claim), utcnow())
+    if cancel is None:
+        return None
+    notify.notify()
+    database.after_commit(wakeup.dependencies_due)
+    return cancel
 
 
 def get(outbound_id: str) -> Outbound | None:
