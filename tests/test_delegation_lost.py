@@ -162,3 +162,34 @@ def test_a_resend_racing_a_reconciliation_never_both_win(settings, peers, start_
         assert Outbound.get_by_id(row.id).outcome == "superseded" and peer.calls["SendMessage"] == 2
         assert peer.task_count == 2
     assert run.output == "Remote said: forty-two"
+
+
+def test_a_resend_whose_sender_stopped_is_settled_and_can_be_resent(
+        settings, peers, start_worker, client, operator_headers):
+    from datetime import timedelta
+
+    from sidecar.delegation.a2a import resend_body
+    from sidecar.delegation.coordinator import Coordinator
+    from sidecar.delegation.ids import message_id_for
+    from sidecar.store import resends
+
+    peer, proxy, run_id, row = lost_send(peers, start_worker, card="0.3", drop=("message/send",))
+    proxy.drop.clear()
+    # An operator's resend that stopped (a crash) after journalling its row and moving the wait, before sending.
+    message_id = message_id_for(row.run_id, row.tool_call_id, row.resend_count + 1)
+    stopped = resends.resend(row.id, message_id, resend_body(row.request_body, message_id)).row
+    coordinator = Coordinator(settings)
+    try:
+        coordinator.poll(waits.current(run_id))
+        assert Outbound.get_by_id(stopped.id).outcome == "pending", "its sender may still be at work"
+        Outbound.update(created_at=stopped.created_at - timedelta(hours=1)).where(Outbound.id == stopped.id).execute()
+        coordinator.poll(waits.current(run_id))
+    finally:
+        coordinator.stop()
+    assert Outbound.get_by_id(stopped.id).outcome == "outcome_unknown"
+    assert "its sender stopped: it may have left" in [e["note"] for e in events_of(run_id, "outbound")]
+
+    resent = client.post(f"/api/v1/outbound/{stopped.id}/resend", headers=operator_headers)
+    assert resent.status_code == 201, resent.get_json()
+    assert completed(run_id).output == "Remote said: forty-two"
+    assert peer.task_count == 2  # the lost first send's task, and the second resend's; the stopped one never left

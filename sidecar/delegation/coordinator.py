@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from .. import metrics, wakeup
 from ..domain.clock import utcnow
@@ -34,6 +35,8 @@ TICK_SECONDS = 0.25
 # listening connection was down is made up for by then).
 IDLE_SECONDS = 10.0
 _READ = object()  # poll(): read the journal row or the agent itself
+# A send lasts at most three call timeouts (connect, first byte, the rest); the fourth is the margin.
+LONGEST_SEND_IN_TIMEOUTS = 4
 
 
 class Coordinator:
@@ -140,6 +143,8 @@ class Coordinator:
         if row is None or not outbound.descends_from(row, checkpoint["outbound_id"]):
             log.error("run %s: wait %s names a journal row its checkpoint does not", wait.run_id, wait.id)
             return
+        if row.outcome == OutboundOutcome.PENDING:
+            row = self._settle_abandoned(wait, row)
         if self._deadline(wait, checkpoint):
             return
         agent = remote_agents.get_agent(wait.remote_agent) if agent is _READ else agent
@@ -188,6 +193,16 @@ class Coordinator:
                 log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
             return True
         return False
+
+    def _settle_abandoned(self, wait, row):
+        """A wait names a `pending` send only after an operator's resend (a segment's own sends are settled
+        before it suspends). Past the longest a send can take, its sender has stopped (a crash mid-resend):
+        the row becomes `outcome_unknown`, to be reconciled, cancelled at the deadline, or resent."""
+        longest_send = LONGEST_SEND_IN_TIMEOUTS * remote.call_timeout(self.settings)
+        if outbound.settle_abandoned(row.id, utcnow() - timedelta(seconds=longest_send)):
+            log.warning("run %s: the resend %s was never settled by its sender; its outcome is unknown",
+                        wait.run_id, row.id)
+        return outbound.get(row.id)
 
     def _reconcile(self, wait, row, agent):
         """An unknown outcome is claimed before its deadline only after a push: look for the task."""

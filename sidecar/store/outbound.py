@@ -84,16 +84,32 @@ def record_send(
     return _settle_left_pending(claim, existing), False
 
 
+def _mark_unknown(outbound_id: str, *conditions) -> Outbound | None:
+    """`pending` -> `outcome_unknown` for a send whose sender stopped before recording what the request did
+    (it may have left: never sent again; reconciliation or an operator settles it). None when the row was
+    no longer `pending` (or `conditions` did not hold)."""
+    moved = Outbound.update(outcome=UNKNOWN, error="the sender stopped before the outcome was recorded").where(
+        Outbound.id == outbound_id, Outbound.outcome == PENDING, Outbound.kind == SEND, *conditions).execute()
+    return Outbound.get_by_id(outbound_id) if moved == 1 else None
+
+
 def _settle_left_pending(claim: Claim, row: Outbound) -> Outbound:
-    """A row a retry finds still `pending` was committed and never settled: the request may have left before
-    the crash, so it becomes `outcome_unknown` (never sent again; reconciliation or an operator settles it)."""
-    if row.outcome != PENDING:
+    """A row a retry finds still `pending` was committed and never settled (by the crashed attempt)."""
+    settled = _mark_unknown(row.id) if row.outcome == PENDING else None
+    if settled is None:
         return row
-    Outbound.update(outcome=UNKNOWN, error="the sender stopped before the outcome was recorded").where(
-        Outbound.id == row.id, Outbound.outcome == PENDING).execute()
-    row = Outbound.get_by_id(row.id)
-    _event(claim, row, "found pending by a retry: it may have left")
-    return row
+    _event(claim, settled, "found pending by a retry: it may have left")
+    return settled
+
+
+@transactional
+def settle_abandoned(outbound_id: str, journalled_before: datetime) -> bool:
+    """A send no segment holds (an operator's resend) still `pending` although journalled before
+    `journalled_before`, longer ago than any send lasts: its sender stopped. True when settled now."""
+    settled = _mark_unknown(outbound_id, Outbound.created_at < journalled_before)
+    if settled is not None:
+        events.append(settled.run_id, [], "outbound", outbound_payload(settled, "its sender stopped: it may have left"))
+    return settled is not None
 
 
 @dataclass(frozen=True)
