@@ -93,7 +93,7 @@ def bind(url: str):
 
 
 def ping() -> None:
-    """Ask the database for a trivial answer: raises (a PeeweeException) when it does not answer."""
+    """Ask the database for a trivial answer: raises DatabaseError when it does not answer."""
     database.execute_sql("SELECT 1")
 
 
