@@ -320,6 +320,23 @@ def test_a_host_sees_the_runs_it_may_decide_but_cancels_only_its_own(client, hos
     assert post(client, theirs, body(theirs), host_token, GRANTEE).status_code == 202
 
 
+def test_a_right_a_plugin_gives_shows_in_the_list_too(client, host_token, settings):
+    # The example plugin lets "example:reviewer" approve every run; it holds no grant anywhere.
+    waiting = paused_run(owner=OTHER_ACTOR, workspace="5", settings=settings)
+    queued = runs.create_run(OTHER_ACTOR, "nothing to decide", workspace="6", wake=False)
+    headers = as_host(host_token, "example:reviewer")
+
+    def listed() -> list[str]:
+        return [r["id"] for r in client.get("/api/v1/runs", headers=headers).json["items"]]
+
+    assert listed() == [waiting]  # a run waiting for a person is a candidate; the hook says yes
+    assert post(client, waiting, body(waiting), host_token, "example:reviewer").status_code == 202
+    assert run_row(waiting).status == "queued"
+    assert listed() == [waiting], "the decider follows the run after its decision"
+    assert client.get(f"/api/v1/runs/{queued}", headers=headers).status_code == 200  # may approve it, on GET
+    assert queued not in listed()  # not waiting for anyone and never decided: not a list candidate
+
+
 def test_a_list_with_many_invisible_runs_pages_only_visible_ones(client, host_token, settings):
     grants.replace(GRANTEE, "5", ["agent:approve"])
     visible = [runs.create_run(OTHER_ACTOR, f"v{i}", workspace="5", wake=False) for i in range(3)]

@@ -84,15 +84,17 @@ def test_a_settlement_under_a_lost_lease_writes_nothing(open_gate):
     assert turns.load(run_id)[1] == {}
 
 
-def test_an_actor_lists_the_runs_it_owns_or_those_of_a_granted_workspace(database_url):
+def test_an_actors_candidates_are_its_runs_its_granted_workspaces_person_waits_and_its_decisions(database_url):
     own = runs.create_run("be_user:1", "x", workspace="1")
     granted = runs.create_run("be_user:2", "x", workspace="2")
-    runs.create_run("be_user:3", "x", workspace="3")
+    elsewhere = runs.create_run("be_user:3", "x", workspace="3")
+    waiting = runs.create_run("be_user:3", "x", workspace="3")
+    Run.update(status="waiting_for_approval").where(Run.id == waiting).execute()
     grants.replace("be_user:1", "2", ["agent:approve"])
 
-    rows, _ = runs.list_runs(owned_or_granted_to="be_user:1")
-    assert {r.id for r in rows} == {own, granted}
-    rows, _ = runs.list_runs(owned_or_granted_to="be_user:9")
-    assert rows == []
+    rows, _ = runs.list_runs(candidates_for="be_user:1")
+    assert {r.id for r in rows} == {own, granted, waiting}
+    rows, _ = runs.list_runs(candidates_for="be_user:9")
+    assert {r.id for r in rows} == {waiting}
     rows, _ = runs.list_runs()
-    assert len(rows) == 3
+    assert {r.id for r in rows} == {own, granted, elsewhere, waiting}

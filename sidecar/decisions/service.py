@@ -122,8 +122,8 @@ def inbox(actor: str, workspace: str) -> list[dict]:
 
 
 def list_visibility(actor: str, workspace: str) -> dict:
-    """The runs list of a host's actor: candidates by SQL (owned, or in a workspace where the actor holds a
-    grant), each then asked like a single run is. A right a plugin gives beyond grants shows in the inbox
-    and on the run itself, not in the list (asking the hook about every run would make a page cost all runs).
-    """
-    return {"owned_or_granted_to": actor, "keep": lambda run: can_see(actor, workspace, run)}
+    """The runs list of a host's actor: candidates by SQL (owned, in a workspace where the actor holds a
+    grant, waiting for a person, or decided by the actor before), each then asked like a single run is.
+    So a right a plugin gives beyond grants shows in the list as in the inbox, without asking the hook
+    about every run: only about runs a person could be deciding."""
+    return {"candidates_for": actor, "keep": lambda run: can_see(actor, workspace, run)}

@@ -13,8 +13,9 @@ from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import events, grants, pauses, resolutions, statements
 from .db import transactional
-from .models import Run
+from .models import Decision, Run
 
+PERSON_WAITING = (RunStatus.WAITING_FOR_INPUT.value, RunStatus.WAITING_FOR_APPROVAL.value)
 BUDGET_LIMITS = ("max_delegations", "max_bytes", "max_tokens", "max_cost", "max_iterations")
 
 
@@ -93,23 +94,26 @@ def list_runs(
     origin: str | None = None,
     limit: int = 50,
     after: tuple[datetime, str] | None = None,
-    owned_or_granted_to: str | None = None,
+    candidates_for: str | None = None,
     keep: Callable[[Run], bool] | None = None,
 ) -> tuple[list[Run], tuple[datetime, str] | None]:
     """Runs newest first, and the key to pass as `after` for the next page (None on the last page).
 
     `visible_to` restricts to one owner's runs (a host's actor); `owner` is the caller's filter.
-    `owned_or_granted_to` (an actor) restricts to the runs it owns or that are in a workspace where it holds
-    any grant, and `keep` (asked of each row) restricts what a caller may see in other ways.
+    `candidates_for` (an actor) restricts to the runs it might see: those it owns, those in a workspace where
+    it holds any grant, those waiting for a person (a plugin may let it decide them), and those it decided
+    before; `keep` (asked of each row) then says which of them the caller really sees.
     Keyset paging on (created_at, id): a page never repeats or skips a run created meanwhile.
     """
     query = Run.select()
     for column, value in ((Run.owner, visible_to), (Run.owner, owner), (Run.status, status), (Run.origin, origin)):
         if value is not None:
             query = query.where(column == value)
-    if owned_or_granted_to is not None:
-        actor = owned_or_granted_to
-        query = query.where((Run.owner == actor) | Run.workspace.in_(grants.workspaces_of(actor)))
+    if candidates_for is not None:
+        actor = candidates_for
+        decided = Decision.select(Decision.run).where(Decision.decider == actor)
+        query = query.where((Run.owner == actor) | Run.workspace.in_(grants.workspaces_of(actor))
+                            | Run.status.in_(PERSON_WAITING) | Run.id.in_(decided))
     rows: list[Run] = []
     while True:
         page = query
