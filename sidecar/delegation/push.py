@@ -15,6 +15,7 @@ import hmac
 import logging
 from dataclasses import dataclass
 
+from ..domain import push_tokens
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, waits
 from ..store.models import DependencyWait, Outbound
@@ -60,8 +61,8 @@ def authenticate(token: str | None) -> Delegation:
 
 def _send_made_for(token: str) -> Outbound | None:
     """The run's journalled send whose push config carries this token (tokens are `<run id>.<secret>`)."""
-    run_id, dot, _ = token.partition(".")
-    if not dot or len(run_id) != 36:
+    run_id = push_tokens.run_id_of(token)
+    if run_id is None:
         return None
     for row in outbound.sends_of_run(run_id):
         target = push_target_of(row.request_body)

@@ -17,12 +17,12 @@ it rebuilds the very same body.
 
 import dataclasses
 import logging
-import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
 from .. import failpoints
 from ..domain.clock import utcnow
+from ..domain.push_tokens import new_push_token
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, remote_agents, runs, waits
 from ..store.models import Run
@@ -122,8 +122,7 @@ def _push_target(run_id: str, message_id: str, agent, client, settings) -> PushT
         return push_target_of(journalled.request_body)  # a retry: the same body as the first attempt
     if not (agent.push and client.endpoint.push_supported and settings.public_url):
         return None
-    # The run id leads the token so the webhook finds the wait without an index on secrets.
-    return PushTarget(settings.public_url.rstrip("/") + PUSH_PATH, f"{run_id}.{secrets.token_urlsafe(32)}")
+    return PushTarget(settings.public_url.rstrip("/") + PUSH_PATH, new_push_token(run_id))
 
 
 def give_up(call: DelegationCall) -> outbound.Settlement | None:

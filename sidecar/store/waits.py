@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .. import wakeup
+from ..domain import push_tokens
 from ..domain.clock import utcnow
 from ..domain.lease import ClaimBatch
 from ..domain.vocabulary import OutboundOutcome, RunStatus
@@ -189,8 +190,8 @@ def push_token_digest(token: str) -> str:
 def by_push_token(token: str) -> DependencyWait | None:
     """The wait a push token was made for, or None. Tokens are `<run id>.<secret>`: the run id finds the
     few waits of that run (no index on secrets needed), and the digests are compared in constant time."""
-    run_id, dot, _ = token.partition(".")
-    if not dot or len(run_id) != 36:
+    run_id = push_tokens.run_id_of(token)
+    if run_id is None:
         return None
     presented = push_token_digest(token)
     for wait in DependencyWait.select().where(DependencyWait.run == run_id,
