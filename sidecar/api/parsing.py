@@ -22,35 +22,26 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def _depth(value) -> int:
-    """Nesting depth, without recursion (a deep body must not exhaust the stack later, when stored)."""
-    deepest, stack = 0, [(value, 1)]
+def _inspect(value) -> tuple[bool, str | None]:
+    """One walk of a parsed body, without recursion (a deep body must not exhaust the stack later, when
+    stored): whether it nests deeper than MAX_DEPTH, and the dotted path of the first string or key that
+    holds the NUL character (None when none does)."""
+    nul_at, stack = None, [(value, 1, "")]
     while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
+        item, depth, path = stack.pop()
         if depth > MAX_DEPTH:
-            break
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _where_nul(value) -> str | None:
-    """The dotted path of the first string (or key) in a JSON value that holds the NUL character, or None."""
-    stack = [(value, "")]
-    while stack:
-        item, path = stack.pop()
+            return True, None
         if isinstance(item, str):
-            if NUL in item:
-                return path or "body"
+            if nul_at is None and NUL in item:
+                nul_at = path or "body"
         elif isinstance(item, dict):
             for key, child in item.items():
-                if NUL in key:
-                    return f"{path}.{key!r}".lstrip(".")
-                stack.append((child, f"{path}.{key}".lstrip(".")))
+                if nul_at is None and NUL in key:
+                    nul_at = f"{path}.{key!r}".lstrip(".")
+                stack.append((child, depth + 1, f"{path}.{key}".lstrip(".")))
         elif isinstance(item, list):
-            stack.extend((child, f"{path}.{index}".lstrip(".")) for index, child in enumerate(item))
-    return None
+            stack.extend((child, depth + 1, f"{path}.{index}".lstrip(".")) for index, child in enumerate(item))
+    return False, nul_at
 
 
 def nul_refused(where: str) -> ApiError:
@@ -83,10 +74,11 @@ def json_object(raw: bytes) -> dict:
         raise malformed(f"the body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise malformed(f"the body must be a JSON object, not {type(value).__name__}")
-    if _depth(value) > MAX_DEPTH:
+    too_deep, nul_at = _inspect(value)
+    if too_deep:
         raise malformed(f"the body is nested deeper than {MAX_DEPTH} levels")
-    if (where := _where_nul(value)) is not None:
-        raise nul_refused(where)
+    if nul_at is not None:
+        raise nul_refused(nul_at)
     return value
 
 

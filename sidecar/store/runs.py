@@ -76,7 +76,7 @@ def wake_workers() -> None:
 
 
 def get_run(run_id: str) -> Run | None:
-    return statements.select_run(run_id)
+    return statements.select_one(Run, id=run_id)
 
 
 def cancel_requested(run_id: str) -> bool:
