@@ -13,6 +13,7 @@ from sidecar.domain.sealing import generate_key
 from sidecar.store import remote_agents, runs
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent, WorkerHeartbeat
 from tests.api_helpers import as_host, as_operator
+from tests.test_address_guard import CARRIED
 
 pytest_plugins = ["tests.api_support"]
 
@@ -125,6 +126,19 @@ def test_bad_registrations_are_422_name_the_field_and_store_nothing(client, op, 
     assert answer.get_json()["code"] == "validation_failed"
     assert field in answer.get_json()["errors"], answer.get_json()
     assert SECRET not in answer.get_data(as_text=True) and SECRET not in logged.text
+    assert RemoteAgent.select().count() == 0
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the guard is the same on every database
+@pytest.mark.parametrize(("address", "reason"), [(case[1], case[3]) for case in CARRIED],
+                         ids=[case[0] for case in CARRIED])
+def test_a_url_whose_ipv6_address_carries_ipv4_is_registered_by_the_ipv4_inside(client, op, address, reason):
+    answer = client.post("/api/v1/remote-agents", json={**BODY, "url": f"http://[{address}]:8080/a2a"}, headers=op)
+    if reason is None:
+        assert answer.status_code == 201, answer.get_json()
+        return
+    assert (answer.status_code, answer.get_json()["code"]) == (422, "validation_failed")
+    assert reason in answer.get_json()["errors"]["url"][0]
     assert RemoteAgent.select().count() == 0
 
 

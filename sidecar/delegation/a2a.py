@@ -12,7 +12,6 @@ the peer may have created the task, and only reconciliation (ListTasks by contex
 """
 
 import contextvars
-import ipaddress
 import json
 import time
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError, ProtocolError
 
-from sidecar.delegation.address_guard import AddressRefused, AllowList, check_addresses, check_url
+from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
 from sidecar.domain.text import without_nul
 
@@ -62,9 +61,8 @@ class _GuardedConnection:
     def _new_conn(self):
         sock = super()._new_conn()
         # The name was checked before connecting; this checks the address the socket really reached.
-        peer = ipaddress.ip_address(sock.getpeername()[0].split("%")[0])
         try:
-            check_addresses(self.host, [peer], _CALL.get().allow)
+            check_connected(self.host, sock.getpeername()[0], _CALL.get().allow)
         except AddressRefused:
             sock.close()
             raise

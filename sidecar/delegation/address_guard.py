@@ -60,41 +60,85 @@ def _name(host: str) -> str:
     return host.strip().rstrip(".").lower()
 
 
-def _unmapped(address: IPAddress) -> IPAddress:
-    # ::ffff:10.0.0.1 reaches 10.0.0.1: judge (and allow) the IPv4 address it carries.
-    if address.version == 6 and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
+# IPv6 forms that carry an IPv4 address, and so reach it through a translator or tunnel on the way. Those
+# the ipaddress module has no helper for: IPv4-compatible (deprecated, RFC 4291), NAT64's well-known prefix
+# (RFC 6052) and its local-use prefix (RFC 8215), read as a /96 with the IPv4 address in the last 32 bits.
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def carried_ipv4(address: IPAddress) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address carries (and so reaches), or () when it carries none.
+
+    ::ffff:10.0.0.1 (mapped), ::10.0.0.1 (compatible), 2002:0a00:0001:: (6to4), 64:ff9b::10.0.0.1 and
+    64:ff9b:1::10.0.0.1 (NAT64) carry one; a Teredo address (2001::/32) carries two, its server's and its
+    client's, and reaches both. ::1 and :: are themselves (loopback, unspecified), not IPv4-compatible."""
+    if address.version == 4:
+        return ()
+    if address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    if address.sixtofour is not None:
+        return (address.sixtofour,)
+    if address.teredo is not None:
+        return address.teredo  # (server, client); the module undoes the client's inversion
+    last_32_bits = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in network for network in _NAT64):
+        return (last_32_bits,)
+    if address in _IPV4_COMPATIBLE and not (address.is_loopback or address.is_unspecified):
+        return (last_32_bits,)
+    return ()
+
+
+def _judged(address: IPAddress) -> tuple[IPAddress, ...]:
+    # An address that carries IPv4 addresses is judged (and allowed) by them alone: 2002:7f00:1:: reaches
+    # 127.0.0.1, and 2002:0808:0808:: reaches the public 8.8.8.8 however its own prefix is classified.
+    return carried_ipv4(address) or (address,)
 
 
 def not_public(address: IPAddress) -> str | None:
     """Why an address is not a public one, or None when it is."""
-    address = _unmapped(address)
-    for kind in ("loopback", "unspecified", "link_local", "multicast", "private", "reserved"):
-        if getattr(address, f"is_{kind}"):
-            return kind.replace("_", "-")
-    if not address.is_global:
-        return "not global"  # e.g. the carrier-grade NAT range 100.64.0.0/10
+    for judged in _judged(address):
+        for kind in ("loopback", "unspecified", "link_local", "multicast", "private", "reserved"):
+            if getattr(judged, f"is_{kind}"):
+                return kind.replace("_", "-")
+        if not judged.is_global:
+            return "not global"  # e.g. the carrier-grade NAT range 100.64.0.0/10
     return None
 
 
 def check_addresses(host: str, addresses: Iterable[IPAddress], allow: "AllowList | Iterable[str] | None") -> None:
-    """Refuse when any address the host resolved to is not public and not allow-listed."""
+    """Refuse when any address the host resolved to is not public and not allow-listed (an address that
+    carries IPv4 addresses: unless it is allow-listed itself, each IPv4 address in it must be public or
+    allow-listed)."""
     allow = AllowList.of(allow)
     if allow.allows_name(host):
         return
-    for address in map(_unmapped, addresses):
-        reason = not_public(address)
-        if reason and not allow.allows_address(address):
-            shown = host if _same_address(host, address) else f"{host} ({address})"
-            raise AddressRefused(
-                f"refusing to connect to {shown}: the address is {reason} and not on NRLLM_REMOTE_ALLOW"
-            )
+    for address in addresses:
+        if allow.allows_address(address):
+            continue
+        for judged in _judged(address):
+            reason = not_public(judged)
+            if reason and not allow.allows_address(judged):
+                shown = host if _same_address(host, judged) else f"{host} ({judged})"
+                raise AddressRefused(
+                    f"refusing to connect to {shown}: the address is {reason} and not on NRLLM_REMOTE_ALLOW"
+                )
+
+
+def check_connected(host: str, peer: str, allow: "AllowList | Iterable[str] | None") -> None:
+    """The check on each new connection: `peer` is the address the socket really reached (its getpeername),
+    which a name that resolves differently the second time (DNS rebinding) may have changed."""
+    check_addresses(host, [_address(peer)], allow)
+
+
+def _address(text: str) -> IPAddress:
+    # The scope of a link-local IPv6 address (fe80::1%eth0) is not part of the address.
+    return ipaddress.ip_address(text.split("%")[0])
 
 
 def _same_address(host: str, address: IPAddress) -> bool:
     try:
-        return _unmapped(ipaddress.ip_address(host)) == address
+        return _address(host.strip("[]")) == address
     except ValueError:
         return False
 
@@ -118,8 +162,7 @@ def resolve(host: str, port: int) -> list[IPAddress]:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
         raise AddressRefused(f"cannot connect to {host}: the name does not resolve ({exc})") from None
-    # The scope of a link-local IPv6 address (fe80::1%eth0) is not part of the address.
-    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    return [_address(str(info[4][0])) for info in infos]
 
 
 def check_url(url: str, allow: "AllowList | Iterable[str] | None" = None) -> list[IPAddress]:
