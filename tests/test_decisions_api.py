@@ -1,6 +1,7 @@
 """The inbox and the decision endpoint on each database: both modes, every refusal with its code and
 nothing changed, the order of the checks, idempotency, visibility, and a right revoked before the worker."""
 
+import time
 import uuid
 
 import pytest
@@ -20,6 +21,7 @@ from tests.decision_helpers import (
 )
 from tests.helpers import run_row, wait_until
 from tests.sse_client import EventStream
+from tests.test_input_schemas import LINEAR_BOUND_SECONDS, REDOS_INPUT, REDOS_PATTERN
 
 pytest_plugins = ["tests.api_support", "tests.decision_support"]
 
@@ -172,6 +174,19 @@ def test_input_that_breaks_the_schema_is_422_with_the_validators_errors(client, 
     assert answer["errors"]["input.page"] == ["0 is less than the minimum of 1"]
     assert _refused(client, host_token, run_id, body(run_id, "input", input="page 4"), 422,
                     "invalid_input")["errors"] == {"input": ["'page 4' is not of type 'object'"]}
+
+
+def test_input_against_a_catastrophic_pattern_is_checked_at_once(client, host_token, settings):
+    # Python's backtracking engine takes about 14 s on this, holding the decision's transaction open.
+    schema = {"type": "string", "pattern": REDOS_PATTERN}
+    asking = [{"tool_calls": [{"id": "ask", "name": "ask_user", "arguments": {"question": "?", "schema": schema}}]},
+              {"content": "got {last_tool_result}"}]
+    run_id = paused_run(asking, settings=settings)
+    started = time.monotonic()
+    answer = _refused(client, host_token, run_id, body(run_id, "input", input=REDOS_INPUT), 422, "invalid_input")
+    assert time.monotonic() - started < LINEAR_BOUND_SECONDS
+    assert answer["errors"] == {"input": [f"{REDOS_INPUT!r} does not match {REDOS_PATTERN!r}"]}
+    assert post(client, run_id, body(run_id, "input", input="aaaa"), host_token).status_code == 202
 
 
 def test_a_decision_of_the_wrong_kind_or_without_its_parts_is_422_validation_failed(client, host_token, settings):

@@ -27,6 +27,7 @@ from tests.decision_helpers import (
 )
 from tests.engine_support import requeue_as_the_reaper_would
 from tests.helpers import run_row
+from tests.lossy_proxy import CannedServer
 
 TWO_CALLS = [{"tool_calls": [{"id": "e", "name": "echo", "arguments": {"text": "first"}},
                              {"id": "n", "name": "write_note", "arguments": {"text": "hello"}}]},
@@ -200,3 +201,38 @@ def test_the_run_document_shows_what_the_person_decides(database_url):
     assert approval["kind"] == "approval" and approval["since"].endswith("Z")
     asking = run_document(run_row(paused_run(INPUT_SCRIPT)))["waiting"]
     assert set(asking) == {"kind", "pause_id", "generation", "since", "tool_call_id", "question", "input_schema"}
+
+
+SECRET_DOCUMENT = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"enum": ["INTERNAL-SECRET"]}'
+
+
+def _asking(schema: dict) -> str:
+    script = [{"tool_calls": [{"id": "a", "name": "ask_user", "arguments": {"question": "?", "schema": schema}}]},
+              {"content": "{last_tool_result}"}]
+    return runs.create_run(ACTOR, "x", spec={"script": script, "provider": "scripted"}, wake=False)
+
+
+@pytest.mark.parametrize("reference", ["{url}/secret.json", "file:///etc/passwd", "#/$defs/missing"])
+def test_ask_user_with_a_schema_that_refers_outside_or_to_nothing_is_an_error_result_and_nothing_is_fetched(
+        database_url, reference):
+    with CannedServer(SECRET_DOCUMENT) as server:
+        run_id = _asking({"$ref": reference.format(url=server.url)})
+        assert drive(run_id) is SegmentOutcome.COMPLETED
+        assert server.requests == []
+    output = run_row(run_id).output
+    assert output.startswith("error: invalid arguments for ask_user: schema: $ref"), output
+    assert run_row(run_id).pause_generation == 0 and PersonPause.select().count() == 0
+
+
+@pytest.mark.parametrize("reference", ["{url}/secret.json", "#/$defs/missing"])
+def test_input_for_a_stored_pause_whose_schema_the_policy_refuses_is_422_and_nothing_is_fetched(
+        database_url, reference):
+    run_id = paused_run(INPUT_SCRIPT)  # a pause stored before the policy held, as an upgrade finds it
+    with CannedServer(SECRET_DOCUMENT) as server:
+        PersonPause.update(input_schema=json.dumps({"$ref": reference.format(url=server.url)})).execute()
+        with pytest.raises(service.Refused) as refused:
+            decide(run_id, "input", input="x")
+        assert server.requests == []
+    assert (refused.value.status, refused.value.code) == (422, "invalid_input")
+    assert "The pause's schema is refused: $ref" in refused.value.errors["input"][0]
+    assert Decision.select().count() == 0 and run_row(run_id).status == "waiting_for_input"

@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 
 from ..domain.clock import rfc3339
-from ..domain.decisions import ACTION_FOR, DecisionKind, PauseKind, input_errors
+from ..domain.decisions import ACTION_FOR, DecisionKind, PauseKind
 from ..domain.errors import SidecarError
+from ..domain.input_schemas import UnusableSchema, input_errors
 from ..domain.lease import LeasePolicy
 from ..permissions import may, may_decide
 from ..store import pauses, runs
@@ -94,7 +95,12 @@ def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePol
         raise Refused(422, "validation_failed", f"this pause takes {expected}",
                       {"decision": [f"Must be {expected} for a pause of kind {pause.kind}."]})
     if kind is DecisionKind.INPUT:
-        errors = input_errors(json.loads(pause.input_schema), request.input)
+        try:
+            errors = input_errors(json.loads(pause.input_schema), request.input)
+        except UnusableSchema as exc:  # stored before the policy on schemas held: no input can be checked
+            raise Refused(422, "invalid_input", "the pause's JSON schema cannot be used, so no input can be "
+                          "checked against it; cancel the run", {"input": [f"The pause's schema is refused: {exc}"]}) \
+                from None
         if errors:
             raise Refused(422, "invalid_input", "the input does not match the pause's JSON schema", errors)
     elif (request.turn_digest or "").lower() != pause.turn_digest:

@@ -1,18 +1,14 @@
-"""Decisions on a paused run, pure: the turn digest, the rights a decision needs, input against a schema.
+"""Decisions on a paused run, pure: the turn digest, the rights a decision needs, the results they give.
 
 A pause for approval shows the person the calls of one model turn; the turn digest is the SHA-256 of
 what was shown (each call's name, arguments and effect, in call order, as canonical JSON), so an
 approval names exactly the content it approves. A pause for input carries a JSON schema that the
-submitted input must match.
+submitted input must match (input_schemas.py holds what such a schema may be and how input is checked).
 """
 
 import hashlib
 import json
 from enum import StrEnum
-
-from jsonschema import FormatChecker
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import Draft202012Validator, validator_for
 
 
 class PauseKind(StrEnum):
@@ -60,31 +56,3 @@ def compact_json(value) -> str:
 def denied_text(comment: str | None) -> str:
     """The result a denied call gets (http-api.md: `denied: ` and the decider's comment)."""
     return f"denied: {comment.strip() if comment and comment.strip() else '(no comment)'}"
-
-
-def _validator(schema: dict):
-    # The schema's own $schema picks the draft; 2020-12 when it names none. Formats are checked, so
-    # {"format": "email"} means what the person asking expects.
-    cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema, format_checker=FormatChecker())
-
-
-def schema_problem(schema) -> str | None:
-    """Why `schema` is not a usable JSON schema, or None."""
-    if not isinstance(schema, dict):
-        return "the schema must be a JSON object"
-    try:
-        validator_for(schema, default=Draft202012Validator).check_schema(schema)
-    except SchemaError as exc:
-        return f"not a valid JSON schema: {exc.message}"
-    return None
-
-
-def input_errors(schema: dict, value) -> dict[str, list[str]]:
-    """Every way `value` breaks `schema`, as the contract's flat errors: `input.<path>` -> messages."""
-    found: dict[str, list[str]] = {}
-    errors = sorted(_validator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
-    for error in errors:
-        field = ".".join(["input", *(str(p) for p in error.absolute_path)])
-        found.setdefault(field, []).append(error.message)
-    return found

@@ -6,7 +6,7 @@ person submits (checked against the call's schema) becomes the call's result, as
 note stored with the run (a row and a `note` event), so that it can be seen to happen exactly once.
 """
 
-from ..domain.decisions import schema_problem
+from ..domain.input_schemas import schema_problem
 from ..domain.vocabulary import ToolEffect
 from ..store import notes
 from .tools import Tool, ToolContext, ToolError
