@@ -261,8 +261,8 @@ class PeerPool:
         self._peers.append(peer)
         return peer
 
-    def lossy_proxy(self, peer: Peer, drop=("SendMessage", "message/send")) -> LossyProxy:
-        proxy = LossyProxy(peer.url, drop=drop).start()
+    def lossy_proxy(self, peer: Peer, drop=("SendMessage", "message/send"), rewrite=lambda data: data) -> LossyProxy:
+        proxy = LossyProxy(peer.url, drop=drop, rewrite=rewrite).start()
         self._proxies.append(proxy)
         return proxy
 

@@ -4,7 +4,8 @@ LossyProxy forwards each request to an upstream A2A peer, waits for the peer's w
 the JSON-RPC methods in `drop`, closes the connection without answering: the peer did the work, the
 caller never hears of it (a lost answer). Other requests are relayed; card URLs are rewritten to point at
 the proxy, so a client that reads the card through the proxy keeps talking through it. `before_answering`
-runs a test's step in the window between the peer's answer and the caller's.
+runs a test's step in the window between the peer's answer and the caller's. `rewrite` changes each answer's
+bytes on the way (to send what the peer itself could not, such as an unpaired surrogate escape).
 
 SilentServer accepts connections, reads what is sent, and never answers (a read timeout). CannedServer
 answers every request with the same raw bytes (a 5xx, a redirect, truncated JSON, a reset).
@@ -63,6 +64,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         if self.command == "GET":
             data = data.replace(proxy.upstream.encode(), proxy.url.encode())
+        data = proxy.rewrite(data)
         self.send_response(answer.status)
         for name, value in answer.getheaders():
             if name.lower() not in _HOP_BY_HOP and name.lower() != "etag":
@@ -78,9 +80,10 @@ class _ProxyServer(ThreadingHTTPServer):
 
 
 class LossyProxy:
-    def __init__(self, upstream: str, drop=("SendMessage", "message/send")):
+    def __init__(self, upstream: str, drop=("SendMessage", "message/send"), rewrite=lambda data: data):
         self.upstream = upstream.rstrip("/")
         self.drop = set(drop)
+        self.rewrite = rewrite
         self.dropped = 0
         self.forwarded: collections.Counter = collections.Counter()  # JSON-RPC method -> requests
         # JSON-RPC method -> a callable run after the peer answered and before the caller hears the answer.

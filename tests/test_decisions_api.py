@@ -189,6 +189,16 @@ def test_input_against_a_catastrophic_pattern_is_checked_at_once(client, host_to
     assert post(client, run_id, body(run_id, "input", input="aaaa"), host_token).status_code == 202
 
 
+def test_an_unpaired_surrogate_in_a_decision_is_422_on_its_field(client, host_token, settings):
+    # It could not be stored (comment), or was stored and then failed the run when the model was given it (input).
+    approval = paused_run(settings=settings)
+    asking = paused_run(INPUT_SCRIPT, settings=settings)
+    for run_id, sent, field in ((approval, body(approval, "deny", comment="no\ud800"), "comment"),
+                                (asking, body(asking, "input", input={"page": 1, "why": "\udfff"}), "input.why")):
+        answer = _refused(client, host_token, run_id, sent, 422, "validation_failed")
+        assert answer["errors"] == {field: ["Must not contain an unpaired surrogate."]}
+
+
 def test_a_decision_of_the_wrong_kind_or_without_its_parts_is_422_validation_failed(client, host_token, settings):
     approval = paused_run(settings=settings)
     asking = paused_run(INPUT_SCRIPT, settings=settings)

@@ -266,15 +266,3 @@ def test_a_send_not_delivered_costs_no_delegation(settings, peers, start_worker)
     assert journal["down"].outcome == "not_delivered"
     assert journal["up"].outcome == "accepted"
     assert down.calls == {} and up.task_count == 1
-
-
-def test_nul_characters_in_a_remote_answer_are_replaced_so_the_result_is_stored(settings, peers, start_worker):
-    # A2A JSON may carry NUL (\u0000); PostgreSQL's text columns cannot hold it, so unreplaced the tool
-    # result's write would fail at every attempt.
-    peer = peers.start(card="1.0")
-    register("research", peer.url)
-    run_id = scripted_run(delegate("research", "work:0.05:a\x00b"), FINAL)
-    start_worker(concurrency=1)
-    run = finished(run_id)
-    assert tool_results(run_id) == ["a\ufffdb"]
-    assert (run.status, run.output) == ("completed", "Remote said: a\ufffdb")

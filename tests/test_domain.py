@@ -94,9 +94,12 @@ def test_only_non_idempotent_writes_are_unsafe_to_retry():
     assert not ToolEffect.NON_IDEMPOTENT_WRITE.retry_safe
 
 
-def test_text_from_outside_loses_its_nul_characters_and_nothing_else():
-    from sidecar.domain.text import without_nul
+def test_text_from_outside_loses_its_nul_characters_and_unpaired_surrogates_and_nothing_else():
+    from sidecar.domain.text import storable, unstorable
 
-    value = {"a\x00": ["x\x00y", {"k": "\x00"}, 3, None, True], "plain": "é\u2028"}
-    assert without_nul(value) == {"a\ufffd": ["x\ufffdy", {"k": "\ufffd"}, 3, None, True], "plain": "é\u2028"}
-    assert without_nul("no nul") == "no nul"
+    value = {"a\x00": ["x\x00y", {"k": "\ud800"}, 3, None, True], "\udfff": "b\udc00", "plain": "é\u2028😀"}
+    assert storable(value) == {"a\ufffd": ["x\ufffdy", {"k": "\ufffd"}, 3, None, True], "\ufffd": "b\ufffd",
+                               "plain": "é\u2028😀"}
+    assert storable("no nul") == "no nul"
+    assert [unstorable(t) for t in ("a\x00", "\ud83d", "😀\u2028", "")] == [
+        "the NUL character", "an unpaired surrogate", None, None]

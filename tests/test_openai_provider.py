@@ -171,12 +171,15 @@ def test_an_unreachable_server_fails_the_run_with_the_reason(sqlite_url, chat_se
     assert f"cannot reach {url}/chat/completions" in error["message"]
 
 
-def test_nul_characters_from_the_model_are_replaced_so_every_database_stores_the_run(database_url, chat_server):
-    # JSON carries NUL as \u0000, in the reply and inside the arguments' own JSON; PostgreSQL's text columns
-    # cannot hold it, so without the replacement the run's writes would fail there.
+@pytest.mark.parametrize("unstorable", ["\u0000", "\ud800"], ids=["NUL", "surrogate"])
+def test_unstorable_text_from_the_model_is_replaced_so_every_database_stores_the_run(database_url, chat_server,
+                                                                                     unstorable):
+    # JSON carries NUL as \u0000 and may carry a lone surrogate escape such as \ud800, in the reply and inside
+    # the arguments' own JSON; no database stores either, so without the replacement the run's writes would fail.
+    escaped = json.dumps(unstorable)[1:-1]  # the escape as it appears inside the arguments' own JSON
     chat_server.answer(_completion({"content": None,
-                                    "tool_calls": [_tool_call("call_1", "echo", '{"text": "a\\u0000b"}')]}))
-    chat_server.answer(_completion({"content": "done\u0000"}))
+                                    "tool_calls": [_tool_call("call_1", "echo", f'{{"text": "a{escaped}b"}}')]}))
+    chat_server.answer(_completion({"content": f"done{unstorable}"}))
     run_id = _openai_run()
     assert run_segment(_loop(chat_server)) is SegmentOutcome.COMPLETED
     row = run_row(run_id)

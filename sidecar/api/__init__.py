@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     )
     # Before any view, and for routes that do not exist too: 401 unless the view is public.
     app.before_request(auth.authenticate)
-    app.before_request(parsing.refuse_nul_in_url)
+    app.before_request(parsing.refuse_unstorable_in_url)
     # The tools and providers runs may name, checked when a run is created.
     app.extensions["nrllm_registry"] = build_registry(settings)
     api = SidecarApi(app)

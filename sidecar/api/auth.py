@@ -12,6 +12,7 @@ from flask import current_app, g, request
 
 from ..store import tokens
 from .errors import ApiError
+from .parsing import unstorable_refused
 
 ACTOR_HEADER = "X-Nrllm-Actor"
 WORKSPACE_HEADER = "X-Nrllm-Workspace"
@@ -65,9 +66,8 @@ def _header(name: str, limit: int) -> str | None:
     if value is None:
         return None
     value = value.strip()
-    if "\x00" in value:
-        raise ApiError(422, "validation_failed", f"{name} holds the NUL character",
-                       {name: ["Must not contain the NUL character."]})
+    if refused := unstorable_refused(name, value):
+        raise refused
     if len(value) > limit:
         raise ApiError(422, "validation_failed", f"{name} is too long",
                        {name: [f"Longer than maximum length {limit}."]})

@@ -12,52 +12,54 @@ from flask import request
 from flask_smorest import Blueprint as SmorestBlueprint
 from webargs.flaskparser import FlaskParser
 
+from ..domain.text import unstorable
 from .errors import ApiError
 
 MAX_DEPTH = 64
-NUL = "\x00"  # valid in JSON and URLs, but no text column of PostgreSQL can hold it
 
 
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def _inspect(value) -> tuple[bool, str | None]:
+def _inspect(value) -> tuple[bool, ApiError | None]:
     """One walk of a parsed body, without recursion (a deep body must not exhaust the stack later, when
-    stored): whether it nests deeper than MAX_DEPTH, and the dotted path of the first string or key that
-    holds the NUL character (None when none does)."""
-    nul_at, stack = None, [(value, 1, "")]
+    stored): whether it nests deeper than MAX_DEPTH, and the refusal of the first string or key that holds
+    text no database can store (the NUL character, an unpaired surrogate; domain/text.py), or None."""
+    refused, stack = None, [(value, 1, "")]
     while stack:
         item, depth, path = stack.pop()
         if depth > MAX_DEPTH:
             return True, None
         if isinstance(item, str):
-            if nul_at is None and NUL in item:
-                nul_at = path or "body"
+            refused = refused or unstorable_refused(path or "body", item)
         elif isinstance(item, dict):
             for key, child in item.items():
-                if nul_at is None and NUL in key:
-                    nul_at = f"{path}.{key!r}".lstrip(".")
+                refused = refused or unstorable_refused(f"{path}.{key!r}".lstrip("."), key)
                 stack.append((child, depth + 1, f"{path}.{key}".lstrip(".")))
         elif isinstance(item, list):
             stack.extend((child, depth + 1, f"{path}.{index}".lstrip(".")) for index, child in enumerate(item))
-    return False, nul_at
+    return False, refused
 
 
-def nul_refused(where: str) -> ApiError:
-    return ApiError(422, "validation_failed", f"{where} holds the NUL character, which no text here may hold",
-                    {where: ["Must not contain the NUL character."]})
+def unstorable_refused(where: str, text: str) -> ApiError | None:
+    """422 validation_failed on `where` when `text` holds what no database can store, else None."""
+    what = unstorable(text)
+    if what is None:
+        return None
+    return ApiError(422, "validation_failed", f"{where} holds {what}, which no text here may hold",
+                    {where: [f"Must not contain {what}."]})
 
 
-def refuse_nul_in_url() -> None:
-    """before_request: path parameters and query values never hold NUL (PostgreSQL cannot store it, so it
-    would fail a query instead of being refused)."""
+def refuse_unstorable_in_url() -> None:
+    """before_request: path parameters and query values never hold text no database can store (it would
+    fail a query instead of being refused)."""
     for name, value in (request.view_args or {}).items():
-        if isinstance(value, str) and NUL in value:
-            raise nul_refused(name)
+        if isinstance(value, str) and (refused := unstorable_refused(name, value)):
+            raise refused
     for name, value in request.args.items(multi=True):
-        if NUL in value or NUL in name:
-            raise nul_refused(name)
+        if refused := unstorable_refused(name, name) or unstorable_refused(name, value):
+            raise refused
 
 
 def malformed(message: str) -> ApiError:
@@ -74,11 +76,11 @@ def json_object(raw: bytes) -> dict:
         raise malformed(f"the body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise malformed(f"the body must be a JSON object, not {type(value).__name__}")
-    too_deep, nul_at = _inspect(value)
+    too_deep, refused = _inspect(value)
     if too_deep:
         raise malformed(f"the body is nested deeper than {MAX_DEPTH} levels")
-    if nul_at is not None:
-        raise nul_refused(nul_at)
+    if refused is not None:
+        raise refused
     return value
 
 

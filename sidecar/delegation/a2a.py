@@ -25,7 +25,7 @@ from urllib3.exceptions import NewConnectionError, ProtocolError
 
 from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
-from sidecar.domain.text import without_nul
+from sidecar.domain.text import storable
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 CARD_PATH = "/.well-known/agent-card.json"
@@ -186,7 +186,7 @@ def _reply(answer: _Answer, request_id: str) -> _Reply:
     if 300 <= answer.status < 400:
         raise _Malformed(f"HTTP {answer.status}: redirects are not followed")
     try:
-        doc = without_nul(json.loads(answer.data))
+        doc = storable(json.loads(answer.data))
     except ValueError:
         raise _Malformed(f"HTTP {answer.status}: the answer is not JSON") from None
     if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
@@ -301,7 +301,7 @@ def read_card(base_url: str, *, allow=None, timeout: float = 10.0, max_bytes: in
         raise RemoteError(f"cannot read the agent card at {card_url}: HTTP {answer.status}")
     else:
         try:
-            card = without_nul(json.loads(answer.data))
+            card = storable(json.loads(answer.data))
         except ValueError:
             card = None
         if not isinstance(card, dict):
