@@ -43,7 +43,7 @@ from referencing.jsonschema import specification_with
 MAX_BYTES = 64 * 1024  # the schema as compact JSON, non-ASCII characters escaped
 MAX_DEPTH = 32  # nesting of the schema's JSON; also of its subschemas with references followed
 MAX_EXPANDED = 10_000  # subschemas with references followed (each time they are referred to)
-FORMATS = ("date", "time", "email", "idn-email", "ipv4", "ipv6", "uuid")
+FORMATS = ("date", "email", "idn-email", "ipv4", "ipv6", "uuid")  # each a linear check in the standard library
 REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 DIALECTS = (Draft202012Validator, Draft201909Validator, Draft7Validator, Draft6Validator, Draft4Validator)
 
