@@ -1,7 +1,8 @@
 """The built-in tools that wait for a person: `ask_user` (input) and `write_note` (needs approval).
 
 `ask_user` never runs: the loop pauses the run in `waiting_for_input` on its call, and the input the
-person submits (checked against the call's schema) becomes the call's result, as compact JSON.
+person submits (checked against the call's schema) becomes the call's result, as compact JSON. The schema
+is held to the policy on schemas from models (domain/input_schemas.py) when the call is made.
 `write_note` is an ordinary non-idempotent write whose turn a person approves first; its effect is a
 note stored with the run (a row and a `note` event), so that it can be seen to happen exactly once.
 """
@@ -23,8 +24,12 @@ class AskUserTool(Tool):
         "type": "object",
         "properties": {
             "question": {"type": "string", "minLength": 1, "description": "What to ask the person."},
+            # The limits are the policy of domain/input_schemas.py, said where the model reads them.
             "schema": {"type": "object",
-                       "description": "A JSON schema the answer must match, e.g. {\"type\": \"string\"}."},
+                       "description": "A JSON schema the answer must match, e.g. {\"type\": \"string\"}. "
+                                      "Self-contained: refer to its own parts with #/ JSON pointers only (nothing "
+                                      "is fetched); "
+                                      "patterns in RE2 syntax (no lookaround, no backreferences); at most 64 KiB."},
         },
         "required": ["question", "schema"],
         "additionalProperties": False,
