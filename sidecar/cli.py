@@ -2,7 +2,7 @@
 
 import faulthandler
 import importlib
-import logging
+import os
 import signal
 import sys
 import threading
@@ -10,7 +10,7 @@ import threading
 import click
 from prometheus_client import start_http_server
 
-from . import bootstrap
+from . import __version__, bootstrap, logs
 from .bootstrap import SchemaNotCurrent
 from .config import Settings
 from .domain.lease import LeasePolicy
@@ -45,14 +45,11 @@ def _on_termination(stop) -> None:
 
 
 @click.group()
+@click.version_option(__version__, prog_name="nrllm-sidecar")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def main(verbose: bool) -> None:
     """nr-llm sidecar: agent runs that can wait for people and remote agents."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(verbose=verbose, log_format=os.environ.get("NRLLM_LOG_FORMAT") or "text")
 
 
 @main.group("db")

@@ -13,7 +13,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from . import metrics, wakeup
+from . import logs, metrics, wakeup
 from .domain.errors import LeaseLost
 from .domain.lease import ClaimBatch, LeasePolicy
 from .domain.vocabulary import SegmentOutcome, TerminationReason
@@ -189,6 +189,11 @@ class Worker:
 
 def execute_segment(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
     """Execute one claimed segment (a worker's thread, or a decide-now request's) and say how it ended."""
+    with logs.context(run_id=segment.run_id):
+        return _execute_logged(executor, segment)
+
+
+def _execute_logged(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
     try:
         return executor.execute(segment)
     except LeaseLost:
