@@ -70,14 +70,16 @@ DEFAULT_EXECUTOR = "sidecar.engine:AgentLoop"
 
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
     from .delegation.coordinator import Coordinator
+    from .purger import RetentionPurger
     from .worker import Worker
 
+    purger = (RetentionPurger(settings.retention),) if settings.retention else ()
     return Worker(
         _load_executor(executor),
         LeasePolicy(settings.lease_seconds),
         concurrency=concurrency,
         poll_interval=poll_interval,
-        companions=(Coordinator(settings),),
+        companions=(Coordinator(settings), *purger),
     )
 
 

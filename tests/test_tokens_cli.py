@@ -8,27 +8,15 @@ import subprocess
 import sys
 import urllib.request
 
-from click.testing import CliRunner
-
-from sidecar.cli import main
-from sidecar.store import db as store_db
 from sidecar.store import runs
 from sidecar.store.models import ApiToken
 from tests.api_helpers import ACTOR, as_host
-from tests.helpers import ROOT, run_row, stop_process, wait_until
+from tests.helpers import ROOT, cli_in_process, run_row, stop_process, wait_until
 
 pytest_plugins = ["tests.api_support"]
 
 
-def _cli(database_url: str, *args: str):
-    """Invoke the command line in this process, then give the test back its own database binding."""
-    bound = store_db.database.obj
-    result = CliRunner().invoke(main, list(args), env={"NRLLM_DATABASE_URL": database_url})
-    if store_db.database.obj is not bound:
-        store_db.database.obj.close_all() if hasattr(store_db.database.obj, "close_all") else \
-            store_db.database.obj.close()
-        store_db.database.initialize(bound)
-    return result
+_cli = cli_in_process
 
 
 def test_token_create_prints_the_token_alone_on_stdout_and_stores_only_its_hash(database_url):
