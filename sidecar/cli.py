@@ -132,7 +132,7 @@ def reap(limit: int) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8780, show_default=True, type=int)
 @click.option("--no-worker", is_flag=True, help="Serve the API only; workers run elsewhere.")
-@click.option("--demo", is_flag=True, help="Also create a host token and a demo run, and print how to follow it.")
+@click.option("--demo", is_flag=True, help="Also start a demo: two runs that wait, and how to watch and approve them.")
 @_with_worker_options
 def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, grace) -> None:
     """Serve the HTTP API (migrating the database first), with an embedded worker unless --no-worker."""
@@ -140,6 +140,10 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
 
     from .api import create_app
 
+    if demo:
+        from . import demo as demo_setup
+
+        demo_setup.allow_demo_agent()  # before the settings are read: the demo agent listens on 127.0.0.1
     settings = _bind(migrate=True)
     app = create_app(settings, bind_database=False)
     server = make_server(host, port, app, threaded=True)
@@ -152,10 +156,8 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
 
     _on_termination(stop)
     if demo:
-        from . import demo as demo_setup
-
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        click.echo(demo_setup.prepare(f"http://{shown}:{server.server_port}"))
+        click.echo(demo_setup.prepare(settings, f"http://{shown}:{server.server_port}"))
     if embedded:
         embedded.start()
     click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)
