@@ -174,14 +174,15 @@ class Worker:
         self._pool.submit(self._execute, segment)
 
     def _execute(self, segment: Segment) -> None:
-        try:
-            outcome = self._outcome_of(segment)
-        finally:
-            with self._active_lock:
-                self._active.pop(segment.run_id, None)
-            self._wake.set()
-        metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
-        log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
+        with logs.context(run_id=segment.run_id):
+            try:
+                outcome = self._outcome_of(segment)
+            finally:
+                with self._active_lock:
+                    self._active.pop(segment.run_id, None)
+                self._wake.set()
+            metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
+            log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
 
     def _outcome_of(self, segment: Segment) -> SegmentOutcome:
         return execute_segment(self.executor, segment)

@@ -17,13 +17,14 @@ from sidecar.store.models import ApiToken
 from tests.helpers import ROOT, stop_process, wait_until
 
 
-def _serve_demo(database_url: str, instance: Path) -> subprocess.Popen:
+def _serve_demo(database_url: str, instance: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_INSTANCE_PATH": str(instance),
-           "NRLLM_LEASE_SECONDS": "5"}
+           "NRLLM_LEASE_SECONDS": "5", "NRLLM_LOG_FORMAT": "json"}
     env.pop("NRLLM_REMOTE_ALLOW", None)  # the demo must need nothing more than its own flag
-    return subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--demo", "--port", "0",
-                             "--poll-interval", "0.1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--demo", "--port", "0",
+                                 "--poll-interval", "0.1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=log, text=True)
 
 
 def _read_until(proc: subprocess.Popen, marker: str) -> str:
@@ -49,9 +50,22 @@ def _shell(command: str, token: str) -> dict:
     return json.loads(done.stdout)
 
 
+def _logged_with_context(log_path: Path, delegating: str) -> None:
+    """The process logged JSON lines that name the run, the remote agent and the request they are about."""
+    # Log records only: serve also prints where it listens on standard error.
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+    coordinator = [line for line in lines if line["logger"] == "nrllm_sidecar.coordinator"]
+    assert any(line.get("run_id") == delegating and line.get("remote_agent") == "demo-agent" for line in coordinator)
+    segments = [line for line in lines
+                if line["logger"] == "nrllm_sidecar.worker" and "segment of run" in line["message"]]
+    assert segments and all(line["run_id"] in line["message"] for line in segments)
+    access = [line for line in lines if line["logger"] == "nrllm_sidecar.access"]
+    assert access and all(len(line["request_id"]) == 32 and line["path"].startswith("/api/v1/") for line in access)
+
+
 def test_serve_demo_shows_a_run_waiting_for_a_remote_agent_and_one_waiting_for_approval(database_url, tmp_path):
-    instance = tmp_path / "instance"
-    proc = _serve_demo(database_url, instance)
+    instance, log_path = tmp_path / "instance", tmp_path / "serve.log"
+    proc = _serve_demo(database_url, instance, log_path)
     try:
         text = _read_until(proc, "API documentation")
         token = re.search(r"export NRLLM_TOKEN=(\S+)", text).group(1)
@@ -83,7 +97,8 @@ def test_serve_demo_shows_a_run_waiting_for_a_remote_agent_and_one_waiting_for_a
     token_file = instance / "demo-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text().strip() == token
     tokens_before = ApiToken.select().count()
-    again = _serve_demo(database_url, instance)
+    _logged_with_context(log_path, delegating)
+    again = _serve_demo(database_url, instance, tmp_path / "again.log")
     try:
         text = _read_until(again, "API documentation")
         assert re.search(r"export NRLLM_TOKEN=(\S+)", text).group(1) == token and "reused from" in text

@@ -180,6 +180,18 @@ def test_a_worker_with_a_retention_purges_on_its_timer(database_url):
     assert _rows_of(going)["runs"] == 0 and _rows_of(recent)["runs"] == 1
 
 
+def test_the_worker_command_adds_the_purge_timer_only_with_a_retention(tmp_path):
+    from sidecar.cli import DEFAULT_EXECUTOR, _make_worker
+
+    def companions(**settings):
+        worker = _make_worker(Settings(instance_path=tmp_path, database_url="sqlite://", **settings), 1, 1.0,
+                              DEFAULT_EXECUTOR)
+        return [type(companion).__name__ for companion in worker.companions]
+
+    assert companions() == ["Coordinator"]
+    assert companions(retention=timedelta(days=30)) == ["Coordinator", "RetentionPurger"]
+
+
 def test_durations_and_cutoffs_parse_and_a_bad_retention_stops_start_up(tmp_path):
     now = utcnow()
     assert parse_duration("30d") == timedelta(days=30) and parse_duration("90m") == timedelta(minutes=90)
