@@ -23,10 +23,13 @@ pytest_plugins = ["tests.api_support"]
 @pytest.fixture
 def json_lines():
     """The process's logging as NRLLM_LOG_FORMAT=json configures it, into a buffer; yields a reader."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
     buffer = io.StringIO()
     logs.configure(log_format="json", stream=buffer)
     yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines()]
-    logging.basicConfig(handlers=[logging.NullHandler()], force=True)
+    root.handlers[:] = handlers  # configure() replaced them: give pytest's capture back
+    root.setLevel(level)
 
 
 def test_version_option_prints_the_installed_package_version():
@@ -60,6 +63,13 @@ def test_json_lines_carry_time_level_logger_message_context_and_the_exception(js
     assert (first["run_id"], first["remote_agent"]) == ("run-1", "summarizer") and "request_id" not in first
     assert "run_id" not in second, "the context ends with its block"
     assert second["level"] == "ERROR" and "RuntimeError: boom" in second["exception"]
+
+
+def test_text_lines_name_the_context_after_the_message():
+    record = logging.makeLogRecord({"name": "nrllm_sidecar.test", "levelname": "INFO", "msg": "claimed"})
+    with logs.context(run_id="run-1", request_id="req-1"):
+        logs.ContextFilter().filter(record)
+    assert logs.TextFormatter().format(record).endswith(" INFO nrllm_sidecar.test: claimed [run_id=run-1 request_id=req-1]")
 
 
 def test_a_safe_request_id_is_echoed_and_logged_with_the_access_line(client, host_token, json_lines):
