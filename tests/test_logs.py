@@ -69,7 +69,8 @@ def test_text_lines_name_the_context_after_the_message():
     record = logging.makeLogRecord({"name": "nrllm_sidecar.test", "levelname": "INFO", "msg": "claimed"})
     with logs.context(run_id="run-1", request_id="req-1"):
         logs.ContextFilter().filter(record)
-    assert logs.TextFormatter().format(record).endswith(" INFO nrllm_sidecar.test: claimed [run_id=run-1 request_id=req-1]")
+    line = logs.TextFormatter().format(record)
+    assert line.endswith(" INFO nrllm_sidecar.test: claimed [run_id=run-1 request_id=req-1]")
 
 
 def test_a_safe_request_id_is_echoed_and_logged_with_the_access_line(client, host_token, json_lines):
