@@ -2,7 +2,7 @@
 
 import faulthandler
 import importlib
-import logging
+import os
 import signal
 import sys
 import threading
@@ -10,7 +10,7 @@ import threading
 import click
 from prometheus_client import start_http_server
 
-from . import bootstrap
+from . import __version__, bootstrap, logs
 from .bootstrap import SchemaNotCurrent
 from .config import Settings
 from .domain.lease import LeasePolicy
@@ -45,14 +45,11 @@ def _on_termination(stop) -> None:
 
 
 @click.group()
+@click.version_option(__version__, prog_name="nrllm-sidecar")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def main(verbose: bool) -> None:
     """nr-llm sidecar: agent runs that can wait for people and remote agents."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(verbose=verbose, log_format=os.environ.get("NRLLM_LOG_FORMAT") or "text")
 
 
 @main.group("db")
@@ -73,14 +70,16 @@ DEFAULT_EXECUTOR = "sidecar.engine:AgentLoop"
 
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
     from .delegation.coordinator import Coordinator
+    from .purger import RetentionPurger
     from .worker import Worker
 
+    purger = (RetentionPurger(settings.retention),) if settings.retention else ()
     return Worker(
         _load_executor(executor),
         LeasePolicy(settings.lease_seconds),
         concurrency=concurrency,
         poll_interval=poll_interval,
-        companions=(Coordinator(settings),),
+        companions=(Coordinator(settings), *purger),
     )
 
 
@@ -133,7 +132,7 @@ def reap(limit: int) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8780, show_default=True, type=int)
 @click.option("--no-worker", is_flag=True, help="Serve the API only; workers run elsewhere.")
-@click.option("--demo", is_flag=True, help="Also create a host token and a demo run, and print how to follow it.")
+@click.option("--demo", is_flag=True, help="Also start a demo: two runs that wait, and how to watch and approve them.")
 @_with_worker_options
 def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, grace) -> None:
     """Serve the HTTP API (migrating the database first), with an embedded worker unless --no-worker."""
@@ -141,6 +140,10 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
 
     from .api import create_app
 
+    if demo:
+        from . import demo as demo_setup
+
+        demo_setup.allow_demo_agent()  # before the settings are read: the demo agent listens on 127.0.0.1
     settings = _bind(migrate=True)
     app = create_app(settings, bind_database=False)
     server = make_server(host, port, app, threaded=True)
@@ -153,10 +156,8 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
 
     _on_termination(stop)
     if demo:
-        from . import demo as demo_setup
-
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        click.echo(demo_setup.prepare(f"http://{shown}:{server.server_port}"))
+        click.echo(demo_setup.prepare(settings, f"http://{shown}:{server.server_port}"))
     if embedded:
         embedded.start()
     click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)

@@ -9,10 +9,11 @@ import json
 import click
 
 from .bootstrap import from_env as _bind
-from .domain.clock import rfc3339
+from .domain.clock import rfc3339, utcnow
 from .domain.errors import InvalidState, NotFound
+from .domain.retention import parse_cutoff
 from .domain.vocabulary import RunStatus
-from .store import runs, tokens
+from .store import retention, runs, tokens
 
 
 @click.group("token")
@@ -100,6 +101,29 @@ def runs_cancel(run_id: str) -> None:
         "already_requested": "cancel was already requested",
     }
     click.echo(f"{run_id}\t{messages[outcome]}")
+
+
+@runs_group.command("purge")
+@click.option("--finished-before", "finished_before", required=True, metavar="AGE|DATE",
+              help="A duration (30d, 12h, 90m: finished longer ago than that) or an ISO date or date-time (UTC).")
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+@click.option("--batch", default=retention.DEFAULT_BATCH, show_default=True, type=click.IntRange(min=1),
+              help="Runs deleted per transaction.")
+def runs_purge(finished_before: str, dry_run: bool, batch: int) -> None:
+    """Delete finished runs (completed, failed, cancelled) with their events, turns, tool results, pauses,
+    decisions, waits and journal rows. A run whose journal still has a pending or unknown outcome is kept."""
+    try:
+        cutoff = parse_cutoff(finished_before, utcnow())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--finished-before") from None
+    _bind()
+    report = retention.purge(cutoff, batch=batch, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"runs finished before {rfc3339(cutoff)}: {verb} {report.runs}, "
+               f"skipped {report.skipped} (journal rows still pending)", err=True)
+    for table, count in report.deleted.items():
+        click.echo(f"{table}\t{count}")
+    click.echo(f"skipped_runs\t{report.skipped}")
 
 
 @click.group("keys")

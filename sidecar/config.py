@@ -2,7 +2,10 @@
 
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
+
+from .domain.retention import parse_duration
 
 
 def _float_env(env, name: str, default: float) -> float:
@@ -16,6 +19,16 @@ def _float_env(env, name: str, default: float) -> float:
     if value <= 0:
         raise SystemExit(f"{name} must be positive, not {raw!r}")
     return value
+
+
+def _duration_env(env, name: str) -> timedelta | None:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise SystemExit(f"{name}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,8 @@ class Settings:
     openai_api_key: str | None = field(default=None, repr=False)
     openai_model: str | None = None
     openai_timeout: float = 20.0
+    # Finished runs older than this are purged by every worker once a day; None keeps them forever.
+    retention: timedelta | None = None
 
     @property
     def provider_timeout(self) -> float:
@@ -58,4 +73,5 @@ class Settings:
             openai_api_key=env.get("NRLLM_OPENAI_API_KEY") or None,
             openai_model=env.get("NRLLM_OPENAI_MODEL") or None,
             openai_timeout=_float_env(env, "NRLLM_OPENAI_TIMEOUT", 20.0),
+            retention=_duration_env(env, "NRLLM_RETENTION"),
         )

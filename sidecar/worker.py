@@ -13,7 +13,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from . import metrics, wakeup
+from . import logs, metrics, wakeup
 from .domain.errors import LeaseLost
 from .domain.lease import ClaimBatch, LeasePolicy
 from .domain.vocabulary import SegmentOutcome, TerminationReason
@@ -174,14 +174,15 @@ class Worker:
         self._pool.submit(self._execute, segment)
 
     def _execute(self, segment: Segment) -> None:
-        try:
-            outcome = self._outcome_of(segment)
-        finally:
-            with self._active_lock:
-                self._active.pop(segment.run_id, None)
-            self._wake.set()
-        metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
-        log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
+        with logs.context(run_id=segment.run_id):
+            try:
+                outcome = self._outcome_of(segment)
+            finally:
+                with self._active_lock:
+                    self._active.pop(segment.run_id, None)
+                self._wake.set()
+            metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
+            log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
 
     def _outcome_of(self, segment: Segment) -> SegmentOutcome:
         return execute_segment(self.executor, segment)
@@ -189,6 +190,11 @@ class Worker:
 
 def execute_segment(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
     """Execute one claimed segment (a worker's thread, or a decide-now request's) and say how it ended."""
+    with logs.context(run_id=segment.run_id):
+        return _execute_logged(executor, segment)
+
+
+def _execute_logged(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
     try:
         return executor.execute(segment)
     except LeaseLost:

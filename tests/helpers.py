@@ -7,6 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from sidecar.store import db as store_db
 from sidecar.store import events
 from sidecar.store.models import Run
 
@@ -61,3 +64,17 @@ def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.wait()
+
+
+def cli_in_process(database_url: str, *args: str, env: dict | None = None):
+    """Invoke the command line in this process (click's runner), then give the test back its own database
+    binding (the command binds the store to the URL again)."""
+    from sidecar.cli import main
+
+    bound = store_db.database.obj
+    result = CliRunner().invoke(main, list(args), env={"NRLLM_DATABASE_URL": database_url, **(env or {})})
+    if store_db.database.obj is not bound:
+        store_db.database.obj.close_all() if hasattr(store_db.database.obj, "close_all") else \
+            store_db.database.obj.close()
+        store_db.database.initialize(bound)
+    return result

@@ -1,4 +1,4 @@
-"""`token create|list|revoke`, `runs list|show|cancel` and `serve --demo`, on each database."""
+"""`token create|list|revoke` and `runs list|show|cancel`, on each database (`serve --demo`: test_demo.py)."""
 
 import hashlib
 import json
@@ -6,29 +6,16 @@ import os
 import re
 import subprocess
 import sys
-import urllib.request
 
-from click.testing import CliRunner
-
-from sidecar.cli import main
-from sidecar.store import db as store_db
 from sidecar.store import runs
 from sidecar.store.models import ApiToken
 from tests.api_helpers import ACTOR, as_host
-from tests.helpers import ROOT, run_row, stop_process, wait_until
+from tests.helpers import ROOT, cli_in_process, run_row
 
 pytest_plugins = ["tests.api_support"]
 
 
-def _cli(database_url: str, *args: str):
-    """Invoke the command line in this process, then give the test back its own database binding."""
-    bound = store_db.database.obj
-    result = CliRunner().invoke(main, list(args), env={"NRLLM_DATABASE_URL": database_url})
-    if store_db.database.obj is not bound:
-        store_db.database.obj.close_all() if hasattr(store_db.database.obj, "close_all") else \
-            store_db.database.obj.close()
-        store_db.database.initialize(bound)
-    return result
+_cli = cli_in_process
 
 
 def test_token_create_prints_the_token_alone_on_stdout_and_stores_only_its_hash(database_url):
@@ -79,31 +66,3 @@ def test_runs_list_show_and_cancel(database_url):
     assert cancelled.exit_code == 0 and run_row(first).status == "cancelled"
     terminal = _cli(database_url, "runs", "cancel", first)
     assert terminal.exit_code == 1 and "already cancelled" in terminal.stderr
-
-
-def test_serve_demo_prints_a_token_a_run_and_commands_that_work(database_url):
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": "5"}
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--demo", "--port", "0",
-                             "--poll-interval", "0.1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    try:
-        printed = []
-        for line in proc.stdout:
-            printed.append(line)
-            if line.startswith("API documentation"):
-                break
-        text = "".join(printed)
-        token = re.search(r"export NRLLM_TOKEN=(\S+)", text).group(1)
-        run_id = re.search(r"demo run: (\S+)", text).group(1)
-        url = re.search(r"curl -s .* (http://\S+/runs/" + run_id + ")\n", text).group(1)
-        assert "text/event-stream" in text and "demo-host" in text
-
-        def fetch():
-            request = urllib.request.Request(url, headers=as_host(token, actor="be_user:1"))
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return json.load(response)
-
-        assert fetch()["id"] == run_id
-        wait_until(lambda: fetch()["status"] == "completed", what="the demo run to complete")
-    finally:
-        assert stop_process(proc) == 0, "serve stops cleanly on SIGTERM"

@@ -2,12 +2,12 @@
 
 from flask import Flask
 
-from .. import bootstrap
+from .. import __version__, bootstrap
 from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
-from . import auth, decisions, grants, health, metrics, parsing, remote_agents, runs
+from . import access, auth, decisions, grants, health, metrics, parsing, remote_agents, runs
 from . import compat as compat_views
 from . import push as push_views
 from .errors import SidecarApi
@@ -23,7 +23,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         NRLLM_SETTINGS=settings,
         MAX_CONTENT_LENGTH=settings.body_limit_bytes,
         API_TITLE="nr-llm sidecar",
-        API_VERSION="v1",
+        API_VERSION=__version__,  # the OpenAPI info.version: the sidecar's release; paths carry v1
         OPENAPI_VERSION="3.0.3",
         OPENAPI_URL_PREFIX="/api/v1",
         OPENAPI_JSON_PATH="openapi.json",
@@ -32,6 +32,8 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         # Every operation needs the bearer token unless it says otherwise (health: security []).
         API_SPEC_OPTIONS={"security": [{SECURITY_SCHEME: []}]},
     )
+    # First: every answer, a refused one too, carries its request id and gets its access log line.
+    access.install(app)
     # Before any view, and for routes that do not exist too: 401 unless the view is public.
     app.before_request(auth.authenticate)
     app.before_request(parsing.refuse_unstorable_in_url)

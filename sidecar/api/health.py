@@ -5,7 +5,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 from marshmallow import Schema, fields
 
-from .. import keys
+from .. import __version__, keys
 from ..domain.lease import LeasePolicy
 from ..store import db, runs, sealed, workers
 from .auth import public
@@ -19,6 +19,7 @@ class HealthSchema(Schema):
     workers_alive = fields.Integer()
     oldest_queued_seconds = fields.Float()
     unsealable_checkpoints = fields.Integer()
+    version = fields.String(metadata={"description": "the sidecar's release (as nrllm-sidecar --version)"})
 
 
 @blp.route("/health")
@@ -36,7 +37,7 @@ class Health(MethodView):
             unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
         except db.DatabaseError:
             return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
-                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0}, 503
+                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "version": __version__}, 503
         degraded = alive == 0 or unsealable > 0
         return {
             "status": "degraded" if degraded else "ok",
@@ -44,4 +45,5 @@ class Health(MethodView):
             "workers_alive": alive,
             "oldest_queued_seconds": round(oldest, 3),
             "unsealable_checkpoints": unsealable,
+            "version": __version__,
         }

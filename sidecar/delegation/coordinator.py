@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from .. import metrics, wakeup
+from .. import logs, metrics, wakeup
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, TerminationReason
 from ..store import notify, outbound, remote_agents, resolutions, waits
@@ -117,13 +117,21 @@ class Coordinator:
     def send_cancels(self) -> int:
         """Send the journalled CancelTask rows that are due; returns how many were looked at."""
         rows = cancels.due()
-        for finished in [self._pool.submit(cancels.send, row, self.settings) for row in rows]:
+        for finished in [self._pool.submit(self._send_cancel, row) for row in rows]:
             finished.result()
         return len(rows)
+
+    def _send_cancel(self, row) -> None:
+        with logs.context(run_id=row.run_id, remote_agent=row.remote_agent):
+            cancels.send(row, self.settings)
 
     def poll(self, wait: DependencyWait, row=_READ, agent=_READ) -> None:
         """Act on one claimed wait; `row` and `agent` are its journal row and remote agent when the caller
         read them already (None: there is none)."""
+        with logs.context(run_id=wait.run_id, remote_agent=wait.remote_agent):
+            self._poll(wait, row, agent)
+
+    def _poll(self, wait: DependencyWait, row, agent) -> None:
         try:
             checkpoint = remote.unseal_checkpoint(wait)
         except remote.KeyMissing:

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .. import failpoints
+from .. import failpoints, logs
 from ..domain.clock import utcnow
 from ..domain.push_tokens import new_push_token
 from ..domain.vocabulary import OutboundOutcome
@@ -66,6 +66,11 @@ class DelegationCall:
 
 
 def start(call: DelegationCall, settings) -> Started:
+    with logs.context(remote_agent=str(call.arguments.get("agent"))):
+        return _start(call, settings)
+
+
+def _start(call: DelegationCall, settings) -> Started:
     segment = call.segment
     run = runs.get_run(segment.run_id)  # fresh budget counters: earlier segments may have spent some
     if run is None:

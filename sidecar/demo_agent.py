@@ -1,0 +1,175 @@
+"""The demo's remote agent: a tiny A2A 1.0 JSON-RPC server on 127.0.0.1, written with the standard library.
+
+`serve --demo` runs it in a thread of the serving process, so the demo shows a run that waits for a remote
+agent after a plain `pip install -e .` (the a2a-sdk is a test dependency only). It speaks just what the
+sidecar's client uses (sidecar/delegation/a2a.py): the agent card at /.well-known/agent-card.json, and SendMessage,
+GetTask, CancelTask and ListTasks. A task works for `work_seconds`, then completes with a short summary of
+the message as its artifact. It keeps tasks in memory only, answers a repeated message id with the task
+it already made, and is not meant for anything but the demo.
+"""
+
+import json
+import logging
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .delegation.a2a import CARD_PATH
+from .delegation.types import TASK_NOT_FOUND
+
+log = logging.getLogger("nrllm_sidecar.demo_agent")
+
+DEFAULT_WORK_SECONDS = 5.0
+MAX_REQUEST_BYTES = 64 * 1024
+METHOD_NOT_FOUND = -32601
+INVALID_REQUEST = -32600
+TASK_NOT_CANCELABLE = -32002
+
+
+class _Tasks:
+    """The agent's tasks, by id; a task's state is worked out when it is read (no thread per task)."""
+
+    def __init__(self, work_seconds: float):
+        self.work_seconds = work_seconds
+        self._lock = threading.Lock()
+        self._tasks: dict[str, dict] = {}
+        self._by_message: dict[str, str] = {}
+
+    def send(self, message: dict) -> dict:
+        with self._lock:
+            message_id = str(message.get("messageId") or uuid.uuid4())
+            if message_id in self._by_message:  # a resend of the same message: the task it made
+                return self._view(self._tasks[self._by_message[message_id]])
+            text = " ".join(p["text"] for p in message.get("parts") or () if isinstance(p, dict)
+                            and isinstance(p.get("text"), str))
+            task = {"id": str(uuid.uuid4()), "contextId": str(message.get("contextId") or uuid.uuid4()),
+                    "text": text, "started": time.monotonic(), "state": "TASK_STATE_WORKING",
+                    "history": [{**message, "messageId": message_id}]}
+            self._tasks[task["id"]] = task
+            self._by_message[message_id] = task["id"]
+            return self._view(task)
+
+    def get(self, task_id: str) -> dict | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return self._view(task) if task else None
+
+    def cancel(self, task_id: str) -> dict | None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return None
+            if self._view(task)["status"]["state"] != "TASK_STATE_COMPLETED":
+                task["state"] = "TASK_STATE_CANCELED"
+            return self._view(task)
+
+    def in_context(self, context_id: str) -> list[dict]:
+        with self._lock:
+            return [self._view(t) for t in self._tasks.values() if t["contextId"] == context_id]
+
+    def _view(self, task: dict) -> dict:
+        if task["state"] == "TASK_STATE_WORKING" and time.monotonic() - task["started"] >= self.work_seconds:
+            task["state"] = "TASK_STATE_COMPLETED"
+        view = {"id": task["id"], "contextId": task["contextId"], "history": task["history"],
+                "status": {"state": task["state"]}}
+        if task["state"] == "TASK_STATE_COMPLETED":
+            words = task["text"].split()
+            summary = " ".join(words[:12]) + (" ..." if len(words) > 12 else "")
+            view["artifacts"] = [{"artifactId": "summary", "parts": [{"text": (
+                f"Summary ({len(words)} words, after {self.work_seconds:g} s of work): {summary}")}]}]
+        elif task["state"] == "TASK_STATE_WORKING":
+            view["status"]["message"] = {"role": "ROLE_AGENT", "messageId": f"{task['id']}-status",
+                                         "parts": [{"text": "working on it"}]}
+        return view
+
+
+def _card(base_url: str) -> dict:
+    return {
+        "name": "nr-llm demo agent",
+        "description": "Summarises the message it is sent, after a few seconds of pretended work.",
+        "version": "1.0.0",
+        "supportedInterfaces": [{"url": base_url + "/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {"streaming": False, "pushNotifications": False},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "summarize", "name": "Summarize", "description": "Summarises a text.", "tags": ["demo"]}],
+    }
+
+
+def _handler(tasks: _Tasks, base_url: str):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 - the base class's name
+            log.debug("demo agent: " + format, *args)
+
+        def _answer(self, status: int, document: dict) -> None:
+            body = json.dumps(document).encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path == CARD_PATH:
+                self._answer(200, _card(base_url))
+            else:
+                self._answer(404, {"error": "not found"})
+
+        def do_POST(self):  # noqa: N802 - http.server's name
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_REQUEST_BYTES:
+                self._answer(413, {"error": "request too large"})
+                return
+            try:
+                request = json.loads(self.rfile.read(length))
+                if not isinstance(request, dict) or not isinstance(request.get("params"), dict):
+                    raise ValueError("not a JSON-RPC request")
+            except ValueError:
+                self._answer(400, {"jsonrpc": "2.0", "id": None,
+                                   "error": {"code": INVALID_REQUEST, "message": "invalid request"}})
+                return
+            result, error = self._call(request["method"], request["params"])
+            reply = {"jsonrpc": "2.0", "id": request.get("id")}
+            reply.update({"error": error} if error else {"result": result})
+            self._answer(200, reply)
+
+        def _call(self, method, params: dict) -> tuple[dict | None, dict | None]:
+            not_found = {"code": TASK_NOT_FOUND, "message": "task not found"}
+            if method == "SendMessage" and isinstance(params.get("message"), dict):
+                return {"task": tasks.send(params["message"])}, None
+            if method == "GetTask":
+                task = tasks.get(str(params.get("id")))
+                return (task, None) if task else (None, not_found)
+            if method == "CancelTask":
+                task = tasks.cancel(str(params.get("id")))
+                if task is None:
+                    return None, not_found
+                if task["status"]["state"] != "TASK_STATE_CANCELED":
+                    return None, {"code": TASK_NOT_CANCELABLE, "message": "the task is already finished"}
+                return task, None
+            if method == "ListTasks":
+                return {"tasks": tasks.in_context(str(params.get("contextId"))), "nextPageToken": ""}, None
+            return None, {"code": METHOD_NOT_FOUND, "message": f"method not found: {method}"}
+
+    return Handler
+
+
+class DemoAgent:
+    """The server and its thread: start() listens on 127.0.0.1 (a free port), stop() ends it."""
+
+    def __init__(self, *, work_seconds: float = DEFAULT_WORK_SECONDS, host: str = "127.0.0.1"):
+        self.work_seconds = work_seconds
+        self._server = ThreadingHTTPServer((host, 0), BaseHTTPRequestHandler)
+        self._server.daemon_threads = True
+        self.url = f"http://{host}:{self._server.server_port}"
+        self._server.RequestHandlerClass = _handler(_Tasks(work_seconds), self.url)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="demo-agent", daemon=True)
+
+    def start(self) -> "DemoAgent":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
