@@ -12,7 +12,7 @@ import logging
 import select
 import threading
 
-from .db import database, dialect
+from .db import Reconnect, database, dialect
 
 log = logging.getLogger("nrllm_sidecar.notify")
 
@@ -67,10 +67,13 @@ class Listener:
         return conn
 
     def _run(self) -> None:
+        reconnect = Reconnect("the coordinator's LISTEN connection")
         while not self._stopping.is_set():
             conn = None
+            pause = RECONNECT_SECONDS
             try:
                 conn = self._connect()
+                reconnect.after_success()
                 self._listening.set()
                 self.on_notify()
                 while not self._stopping.is_set():
@@ -81,10 +84,12 @@ class Listener:
                             conn.notifies.clear()
                             self.on_notify()
             except Exception as exc:  # any lost connection: listen again, and meanwhile poll
-                log.warning("listening for coordinator wake-ups failed (%s); reconnecting", exc)
+                if (pause := reconnect.after_failure(exc)) is None:  # None: not an outage (logged once)
+                    pause = RECONNECT_SECONDS
+                    log.warning("listening for coordinator wake-ups failed (%s); reconnecting", exc)
             finally:
                 self._listening.clear()
                 if conn is not None:
                     with contextlib.suppress(Exception):  # closing a broken connection may fail too
                         conn.close()
-            self._stopping.wait(RECONNECT_SECONDS)
+            self._stopping.wait(pause)
