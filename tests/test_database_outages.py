@@ -9,6 +9,7 @@ back, and the API answers 503 database_unavailable with Retry-After meanwhile an
 import logging
 import sqlite3
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -57,6 +58,7 @@ def test_a_server_that_does_not_answer_is_unavailable_and_a_wrong_statement_is_n
 
 
 def test_a_thread_logs_an_outage_once_and_its_end_once(tmp_path, caplog):
+    store_db.outage.ended()  # whatever an earlier test left
     reconnect = store_db.Reconnect("a test thread")
     store_db.bind(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")
     pauses = []
@@ -105,6 +107,15 @@ def _api(url: str, tmp_path):
     return app.test_client()
 
 
+def _unavailable_seconds(metrics_port: int) -> float:
+    """The worker's nrllm_database_unavailable_seconds gauge, scraped from its --metrics-port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("nrllm_database_unavailable_seconds "):
+                return float(line.split()[1])
+    raise AssertionError("the worker's metrics have no nrllm_database_unavailable_seconds")
+
+
 def _log_lines(path, text: str) -> int:
     return sum(text in line for line in path.read_text().splitlines())
 
@@ -115,7 +126,9 @@ def test_a_worker_goes_on_after_a_server_restart_and_the_api_answers_503_meanwhi
     client = _api(url, tmp_path)
     token = tokens.create("host", "host")[0]
     log_path = tmp_path / "worker.log"
-    worker = start_worker(url, *STEPS, "--concurrency", "1", lease=3.0, log_path=log_path)
+    metrics_port = free_port()
+    worker = start_worker(url, *STEPS, "--concurrency", "1", "--metrics-port", str(metrics_port), lease=3.0,
+                          log_path=log_path)
     try:
         warm = runs.create_run("owner", steps_input({"event": "warm"}))
         wait_until(lambda: run_row(warm).status == "completed", what="the first run")
@@ -139,6 +152,8 @@ def test_a_worker_goes_on_after_a_server_restart_and_the_api_answers_503_meanwhi
         assert body["database"] == "unavailable" and body["status"] == "degraded"
         assert body["workers_alive"] == 0 and body["database_unavailable_seconds"] >= 0
         wait_until(lambda: _log_lines(log_path, UNAVAILABLE) > 0, timeout=30, what="the worker to log the outage")
+        # The worker process says it is waiting for the database on its own metrics.
+        wait_until(lambda: _unavailable_seconds(metrics_port) > 0, what="the worker's gauge to show the outage")
         time.sleep(OUTAGE_SECONDS)  # the outage itself: the server stays down this long
         assert worker.poll() is None, log_path.read_text()
         server.start()
@@ -152,6 +167,7 @@ def test_a_worker_goes_on_after_a_server_restart_and_the_api_answers_503_meanwhi
         health = wait_until(lambda: (answer := client.get("/api/v1/health").get_json())["workers_alive"] and answer,
                             what="health to see the worker again")
         assert health["database"] == "ok" and health["database_unavailable_seconds"] == 0.0
+        assert _unavailable_seconds(metrics_port) == 0.0
         assert worker.poll() is None
     finally:
         if not server.is_running():
@@ -188,6 +204,7 @@ def test_a_worker_goes_on_after_a_sqlite_lock_held_past_the_busy_timeout(tmp_pat
         assert "Retry-After" in refused.headers
         holder.execute("COMMIT")
         assert row_counts() == counts  # the refused request left nothing behind
+        assert client.get("/api/v1/health").get_json()["database_unavailable_seconds"] == 0.0
         after = runs.create_run("owner", steps_input({"event": "after"}))
         wait_until(lambda: run_row(after).status == "completed", timeout=30, what="a run after the lock")
         wait_until(lambda: _log_lines(log_path, AVAILABLE_AGAIN) > 0, what="the worker to log the recovery")

@@ -47,7 +47,20 @@ class SidecarSqliteDatabase(SqliteDatabase):
         )
 
 
-class SidecarMySQLDatabase(PooledMySQLDatabase):
+class _EndsOutages:
+    """A connection handed out means the server answered (the pool tests one it lends again): an outage this
+    process noticed is over, also in a process whose only users are requests (serve --no-worker)."""
+
+    def _initialize_connection(self, conn):
+        super()._initialize_connection(conn)
+        outage.ended()
+
+
+class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
+    pass
+
+
+class SidecarMySQLDatabase(_EndsOutages, PooledMySQLDatabase):
     """MariaDB/MySQL: long bodies and microsecond times."""
 
     field_types = {
@@ -83,7 +96,7 @@ def connect(url: str):
     if parsed.scheme in ("postgres", "postgresql"):
         if parsed.password:
             common["password"] = parsed.password
-        return PooledPostgresqlDatabase(**common, **query)
+        return SidecarPostgresqlDatabase(**common, **query)
     if parsed.scheme in ("mysql", "mariadb"):
         from pymysql.constants import CLIENT
 
