@@ -8,6 +8,7 @@ back, and the API answers 503 database_unavailable with Retry-After meanwhile an
 
 import logging
 import sqlite3
+import threading
 import time
 import urllib.request
 import uuid
@@ -18,7 +19,7 @@ from sidecar.api import create_app
 from sidecar.config import Settings
 from sidecar.domain.backoff import Backoff
 from sidecar.store import db as store_db
-from sidecar.store import migrations, runs, tokens
+from sidecar.store import migrations, notify, runs, tokens
 from tests.api_helpers import TEST_SECRET_KEY, as_host, row_counts
 from tests.helpers import run_row, start_worker, steps_input, stop_process, wait_until
 from tests.private_servers import free_port
@@ -177,6 +178,32 @@ def test_a_worker_goes_on_after_a_server_restart_and_the_api_answers_503_meanwhi
     assert _log_lines(log_path, UNAVAILABLE) == 1, text
     assert _log_lines(log_path, AVAILABLE_AGAIN) == 1, text
     assert "connection already closed" not in text
+
+
+@pytest.mark.slow
+def test_the_coordinators_listen_connection_listens_again_after_a_postgresql_restart(private_postgres):
+    name = f"nrllm_listen_{uuid.uuid4().hex[:10]}"
+    private_postgres.create_database(name)
+    bound = store_db.bind(private_postgres.url(name))
+    woken = threading.Event()
+    listener = notify.Listener(woken.set)
+    listener.start()
+    try:
+        wait_until(lambda: listener.listening, what="the listener to listen")
+        private_postgres.stop()
+        wait_until(lambda: not listener.listening, what="the listener to notice the restart")
+        private_postgres.start()
+        wait_until(lambda: listener.listening, timeout=30, what="the listener to listen again")
+        assert woken.wait(10), "a listener that listens again wakes its coordinator once"
+        woken.clear()
+        with store_db.database.atomic():
+            notify.notify()
+        assert woken.wait(10), "a notification after the restart did not wake the listener"
+    finally:
+        listener.stop()
+        if not private_postgres.is_running():
+            private_postgres.start()
+        bound.close_all()
 
 
 # -- SQLite: a lock held past the busy timeout -----------------------------------------------------------
