@@ -190,6 +190,8 @@ def test_the_coordinators_listen_connection_listens_again_after_a_postgresql_res
     listener.start()
     try:
         wait_until(lambda: listener.listening, what="the listener to listen")
+        assert woken.wait(10)
+        woken.clear()
         private_postgres.stop()
         wait_until(lambda: not listener.listening, what="the listener to notice the restart")
         private_postgres.start()
