@@ -18,6 +18,7 @@ log = logging.getLogger("nrllm_sidecar.notify")
 
 CHANNEL = "nrllm_dependency_due"
 RECONNECT_SECONDS = 1.0
+MIN_RECONNECT_SECONDS = 0.1
 
 
 def notify() -> None:
@@ -92,4 +93,5 @@ class Listener:
                 if conn is not None:
                     with contextlib.suppress(Exception):  # closing a broken connection may fail too
                         conn.close()
-            self._stopping.wait(pause)
+            # Never at once: a connection the server drops right after LISTEN must not make this loop spin.
+            self._stopping.wait(max(pause, MIN_RECONNECT_SECONDS))
