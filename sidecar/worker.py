@@ -209,8 +209,9 @@ def execute_segment(executor: SegmentExecutor, segment: Segment) -> SegmentOutco
     except Exception as exc:
         if db.is_unavailable(exc):
             # Nothing can be written now: the lease lapses and the reaper hands the run on once the database
-            # is back (the outage is logged once, not by every segment).
-            db.outage.began(exc, f"the segment of run {segment.run_id}")
+            # is back. The worker's loop and heartbeat log the outage once; a segment's lost connection alone
+            # (one that slept through a restart) is no outage to log.
+            log.debug("segment of run %s lost its database connection: %s", segment.run_id, exc)
             return SegmentOutcome.LEASE_LOST
         # A bug in an executor must not leave the run running until the reaper retries the same bug.
         log.exception("segment of run %s raised", segment.run_id)
