@@ -1,6 +1,8 @@
 """Process-local Prometheus counters. Run counts by status come from the database at scrape time."""
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
+
+from .store.db import outage
 
 SEGMENT_OUTCOMES = Counter("nrllm_segment_outcomes_total", "Segments ended, by outcome", ["outcome"])
 CLAIMS = Counter("nrllm_claims_total", "Runs claimed by workers of this process")
@@ -16,3 +18,8 @@ OUTBOUND_OUTCOMES = Counter(
     ["kind", "outcome"],
 )
 PUSHES = Counter("nrllm_pushes_total", "Push notifications received by this process, by result", ["result"])
+DATABASE_UNAVAILABLE = Gauge(
+    "nrllm_database_unavailable_seconds",
+    "How long this process has found the database unavailable and waits for it (0: the database answers)",
+)
+DATABASE_UNAVAILABLE.set_function(outage.seconds)

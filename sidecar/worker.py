@@ -18,7 +18,7 @@ from .domain.errors import LeaseLost
 from .domain.lease import ClaimBatch, LeasePolicy
 from .domain.vocabulary import SegmentOutcome, TerminationReason
 from .segment import Segment, SegmentExecutor
-from .store import leases, runs, workers
+from .store import db, leases, runs, workers
 
 log = logging.getLogger("nrllm_sidecar.worker")
 
@@ -125,6 +125,7 @@ class Worker:
 
     def _loop(self) -> None:
         next_reap = 0.0
+        database = db.Reconnect("the worker loop")
         while not self._stopping.is_set():
             try:
                 if time.monotonic() >= next_reap:
@@ -132,29 +133,39 @@ class Worker:
                     next_reap = time.monotonic() + self.lease.reap_interval
                 free = self.concurrency - self.active_count()
                 claims = leases.claim_queued(self.id, free, self.lease) if free > 0 else ClaimBatch()
+                database.after_success()
                 metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
                 for claim in claims:
                     self._submit(claim)
                 if claims and len(claims) == free:
                     continue  # there may be more; a finishing segment sets _wake
-            except Exception:
+            except Exception as exc:
+                if (pause := database.after_failure(exc)) is not None:
+                    self._stopping.wait(pause)
+                    continue
                 log.exception("worker loop error; retrying after the poll interval")
             self._wake.wait(self.poll_interval)
             self._wake.clear()
 
     def _heartbeat(self) -> None:
         host, pid = socket.gethostname(), os.getpid()
+        database = db.Reconnect("the worker heartbeat")
         while not self._stopping.is_set():
+            interval = self.lease.heartbeat_interval
             try:
                 workers.beat(self.id, host, pid, self.concurrency)
+                database.after_success()
                 with self._active_lock:
                     segments = list(self._active.values())
                 for segment in segments:
                     if not segment.lost.is_set() and not leases.renew(segment.claim, self.lease):
                         segment.lost.set()
-            except Exception:
-                log.exception("heartbeat error")
-            self._stopping.wait(self.lease.heartbeat_interval)
+            except Exception as exc:
+                if (pause := database.after_failure(exc)) is None:
+                    log.exception("heartbeat error")
+                else:
+                    interval = min(interval, pause)  # to renew leases again soon once the database is back
+            self._stopping.wait(interval)
 
     def reap(self) -> list[leases.Reaped]:
         reaped = leases.reap(self.reap_limit)
@@ -181,6 +192,7 @@ class Worker:
                 with self._active_lock:
                     self._active.pop(segment.run_id, None)
                 self._wake.set()
+                db.release_connection(pooled_only=True)  # the pool checks it before this thread's next segment
             metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
             log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
 
@@ -200,7 +212,13 @@ def _execute_logged(executor: SegmentExecutor, segment: Segment) -> SegmentOutco
     except LeaseLost:
         metrics.LEASE_LOSSES.inc()
         return SegmentOutcome.LEASE_LOST
-    except Exception:
+    except Exception as exc:
+        if db.is_unavailable(exc):
+            # Nothing can be written now: the lease lapses and the reaper hands the run on once the database
+            # is back. The worker's loop and heartbeat log the outage once; a segment's lost connection alone
+            # (one that slept through a restart) is no outage to log.
+            log.debug("segment of run %s lost its database connection: %s", segment.run_id, exc)
+            return SegmentOutcome.LEASE_LOST
         # A bug in an executor must not leave the run running until the reaper retries the same bug.
         log.exception("segment of run %s raised", segment.run_id)
         try:

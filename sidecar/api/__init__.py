@@ -55,9 +55,9 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
 
     @app.teardown_request
     def _return_connection(_exc):
-        # Request threads come and go; give each request's connection back (to the pool, or closed).
-        if not db.database.is_closed():
-            db.database.close()
+        # Request threads come and go; give each request's connection back (to the pool, or closed). One
+        # that cannot be given back (the server went away) is discarded, never kept for the next request.
+        db.release_connection()
 
     return app
 

@@ -3,7 +3,11 @@
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from ..store import db
 from .schemas import ErrorSchema
+
+# While the database is unavailable: how long a client is asked to wait before it asks again.
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 # The code a bare HTTP error gets when nothing more specific was said.
 _DEFAULT_CODES = {
@@ -58,9 +62,31 @@ def error_body(status: int, code: str, message: str, errors: dict | None = None)
     return body
 
 
+def database_unavailable_body() -> dict:
+    return error_body(503, "database_unavailable", "the database is unavailable; try again shortly")
+
+
+def retry_after() -> dict:
+    return {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
+
+
+def _database_error(error):
+    """Any store error that reaches Flask, from a view or from authentication before it: 503 when the
+    database is unavailable (a restart, a lock held too long); anything else stays the 500 it was."""
+    if not db.is_unavailable(error):
+        raise error  # Flask logs it and answers 500 internal_error (handle_http_exception)
+    db.discard_connection()
+    db.outage.began(error, "the API")
+    return database_unavailable_body(), 503, retry_after()
+
+
 class SidecarApi(Api):
     # What the OpenAPI document shows for every error answer.
     ERROR_SCHEMA = ErrorSchema
+
+    def init_app(self, app, *args, **kwargs):
+        super().init_app(app, *args, **kwargs)
+        app.register_error_handler(db.DatabaseError, _database_error)
 
     def handle_http_exception(self, error):
         if isinstance(error, ApiError):

@@ -9,6 +9,7 @@ from .. import __version__, keys
 from ..domain.lease import LeasePolicy
 from ..store import db, runs, sealed, workers
 from .auth import public
+from .errors import retry_after
 
 blp = Blueprint("health", __name__, url_prefix="/api/v1", description="Liveness and readiness")
 
@@ -20,6 +21,8 @@ class HealthSchema(Schema):
     oldest_queued_seconds = fields.Float()
     unsealable_checkpoints = fields.Integer()
     version = fields.String(metadata={"description": "the sidecar's release (as nrllm-sidecar --version)"})
+    database_unavailable_seconds = fields.Float(metadata={
+        "description": "how long this process has found the database unavailable (0: it answers)"})
 
 
 @blp.route("/health")
@@ -35,9 +38,15 @@ class Health(MethodView):
             oldest = runs.oldest_queued_seconds()
             # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
             unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
-        except db.DatabaseError:
+        except db.DatabaseError as exc:
+            if db.is_unavailable(exc):
+                db.discard_connection()
+                db.outage.began(exc, "the health check")
+            # workers_alive 0: heartbeats live in the database, so none can be confirmed (docs/reliability.md).
             return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
-                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "version": __version__}, 503
+                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "version": __version__,
+                    "database_unavailable_seconds": round(db.outage.seconds(), 3)}, 503, retry_after()
+        db.outage.ended()
         degraded = alive == 0 or unsealable > 0
         return {
             "status": "degraded" if degraded else "ok",
@@ -46,4 +55,5 @@ class Health(MethodView):
             "oldest_queued_seconds": round(oldest, 3),
             "unsealable_checkpoints": unsealable,
             "version": __version__,
+            "database_unavailable_seconds": 0.0,
         }

@@ -13,7 +13,7 @@ from prometheus_client import Gauge
 
 from ..domain.vocabulary import RunStatus
 from ..store import runs
-from ..store.db import database
+from ..store.db import database, release_connection
 from ..store.events import list_events
 from .documents import event_document, run_document
 from .schemas import RUN_SCHEMA
@@ -73,8 +73,7 @@ def run_events(run_id: str, after: int, poll: float = POLL_SECONDS, keepalive: f
             time.sleep(poll)
     finally:
         STREAMS.dec()
-        if not database.is_closed():
-            database.close()
+        release_connection()  # a stream ended by a database outage must not leave its thread a dead connection
 
 
 def stream(run_id: str, after: int) -> Response:

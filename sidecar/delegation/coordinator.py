@@ -21,7 +21,7 @@ from datetime import timedelta
 from .. import logs, metrics, wakeup
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, TerminationReason
-from ..store import notify, outbound, remote_agents, resolutions, waits
+from ..store import db, notify, outbound, remote_agents, resolutions, waits
 from ..store.models import DependencyWait
 from . import cancels, reconcile, remote
 from .results import lost_task_text, refused_text, result_text, timeout_text, unreachable_text
@@ -72,13 +72,18 @@ class Coordinator:
         self._wake.set()
 
     def _loop(self) -> None:
+        database = db.Reconnect("the delegation coordinator")
         while not self._stopping.is_set():
             looked_at = time.monotonic()
             busy = False
             try:
                 busy = self.tick() >= self.batch
                 self.send_cancels()
-            except Exception:
+                database.after_success()
+            except Exception as exc:
+                if (pause := database.after_failure(exc)) is not None:
+                    self._stopping.wait(pause)
+                    continue
                 log.exception("coordinator tick failed; trying again at the next tick")
             if busy:
                 continue  # more may be due than one batch
@@ -94,8 +99,9 @@ class Coordinator:
             return period
         try:
             due = waits.earliest_due()
-        except Exception:
-            log.exception("reading the next due time failed")
+        except Exception as exc:
+            if not db.is_unavailable(exc):  # an outage: the next tick finds it and waits for the database
+                log.exception("reading the next due time failed")
             return period
         until = (due - utcnow()).total_seconds() if due else IDLE_SECONDS
         return min(IDLE_SECONDS, max(period, until))
@@ -108,7 +114,10 @@ class Coordinator:
         # with 1,000 due those lookups were most of a tick).
         rows = outbound.get_many(wait.outbound_id for wait in due)
         agents = {agent.name: agent for agent in remote_agents.list_agents()} if due else {}
-        polls = [self._pool.submit(self.poll, wait, rows.get(wait.outbound_id), agents.get(wait.remote_agent))
+        # Each task hands its pooled connection back: the pool checks it before lending it again (after a
+        # database restart, the pool's threads would otherwise keep connections the server has closed).
+        poll = db.releasing_connection(self.poll)
+        polls = [self._pool.submit(poll, wait, rows.get(wait.outbound_id), agents.get(wait.remote_agent))
                  for wait in due]
         for finished in polls:
             finished.result()
@@ -117,7 +126,8 @@ class Coordinator:
     def send_cancels(self) -> int:
         """Send the journalled CancelTask rows that are due; returns how many were looked at."""
         rows = cancels.due()
-        for finished in [self._pool.submit(self._send_cancel, row) for row in rows]:
+        send = db.releasing_connection(self._send_cancel)
+        for finished in [self._pool.submit(send, row) for row in rows]:
             finished.result()
         return len(rows)
 

@@ -1,14 +1,20 @@
 """One database object, bound from a URL, and the write transaction every store function uses."""
 
 import functools
+import logging
 import random
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlparse
 
 from peewee import DatabaseProxy, MySQLDatabase, OperationalError, PeeweeException, SqliteDatabase
-from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase
+from playhouse.pool import PooledDatabase, PooledMySQLDatabase, PooledPostgresqlDatabase
+
+from ..domain.backoff import Backoff
+
+log = logging.getLogger("nrllm_sidecar.database")
 
 # Models are declared against this proxy; bind() points it at a real database (the scout pattern).
 database = DatabaseProxy()
@@ -27,21 +33,34 @@ class SidecarSqliteDatabase(SqliteDatabase):
     timeout does not retry; taking the write lock at BEGIN makes writers queue instead.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS):
         super().__init__(
             path,
             lock_type="IMMEDIATE",
-            timeout=SQLITE_BUSY_TIMEOUT_SECONDS,
+            timeout=busy_timeout,
             pragmas={
                 "journal_mode": "wal",
                 "synchronous": "normal",
-                "busy_timeout": SQLITE_BUSY_TIMEOUT_SECONDS * 1000,
+                "busy_timeout": int(busy_timeout * 1000),
                 "foreign_keys": 1,
             },
         )
 
 
-class SidecarMySQLDatabase(PooledMySQLDatabase):
+class _EndsOutages:
+    """A connection handed out means the server answered (the pool tests one it lends again): an outage this
+    process noticed is over, also in a process whose only users are requests (serve --no-worker)."""
+
+    def _initialize_connection(self, conn):
+        super()._initialize_connection(conn)
+        outage.ended()
+
+
+class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
+    pass
+
+
+class SidecarMySQLDatabase(_EndsOutages, PooledMySQLDatabase):
     """MariaDB/MySQL: long bodies and microsecond times."""
 
     field_types = {
@@ -53,7 +72,10 @@ class SidecarMySQLDatabase(PooledMySQLDatabase):
 
 
 def connect(url: str):
-    """A database object for a URL: sqlite:///path, postgresql://..., mysql://..."""
+    """A database object for a URL: sqlite:///path, postgresql://..., mysql://...
+
+    SQLite takes one parameter, ?busy_timeout=SECONDS: how long a statement waits for another connection's
+    lock before it fails (default SQLITE_BUSY_TIMEOUT_SECONDS)."""
     parsed = urlparse(url)
     query = dict(parse_qsl(parsed.query))
     if parsed.scheme == "sqlite":
@@ -61,7 +83,7 @@ def connect(url: str):
         path = parsed.path[1:] or ":memory:"
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return SidecarSqliteDatabase(path)
+        return SidecarSqliteDatabase(path, float(query.get("busy_timeout", SQLITE_BUSY_TIMEOUT_SECONDS)))
     common = {
         "database": parsed.path.lstrip("/"),
         "host": parsed.hostname or "127.0.0.1",
@@ -74,7 +96,7 @@ def connect(url: str):
     if parsed.scheme in ("postgres", "postgresql"):
         if parsed.password:
             common["password"] = parsed.password
-        return PooledPostgresqlDatabase(**common, **query)
+        return SidecarPostgresqlDatabase(**common, **query)
     if parsed.scheme in ("mysql", "mariadb"):
         from pymysql.constants import CLIENT
 
@@ -170,3 +192,162 @@ def transactional(fn):
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+# -- database outages: a server restart, a network cut, a SQLite lock held past the busy timeout ---------------
+
+# PostgreSQL SQLSTATEs: class 08 (connection exception); the server shutting down or not yet accepting work.
+_PG_GONE_CLASSES = ("08",)
+_PG_GONE_CODES = {"57P01", "57P02", "57P03"}
+# MySQL/MariaDB error numbers: cannot connect (2002, 2003), server gone away (2006), connection lost (2013,
+# 2055), server shutdown in progress (1053), connection killed (1927), disconnected for inactivity (4031).
+_MYSQL_GONE_CODES = {2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031}
+# What each long-lived thread waits between attempts while the database is unavailable.
+RECONNECT_BACKOFF = Backoff(first=0.25, longest=5.0)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """The connection is gone or the database does not answer, as opposed to a statement that is wrong.
+
+    Accepts peewee's errors (the driver's exception in .orig) and the drivers' own (the LISTEN connection
+    uses psycopg2 directly); an error raised while undoing a transaction hides the first one, so the whole
+    exception chain is looked at.
+    """
+    while exc is not None:
+        driver = getattr(exc, "orig", None) or exc
+        module = type(driver).__module__.split(".")[0]
+        name = type(driver).__name__
+        if module == "psycopg2":
+            code = getattr(driver, "pgcode", None)
+            if name == "InterfaceError" or (
+                isinstance(driver, _psycopg2_operational_error())
+                and (code is None or code.startswith(_PG_GONE_CLASSES) or code in _PG_GONE_CODES)
+            ):
+                return True
+        elif module == "pymysql":
+            number = (getattr(driver, "args", ()) or (None,))[0]
+            if name == "InterfaceError" or number in _MYSQL_GONE_CODES:
+                return True
+        elif "database is locked" in str(exc):
+            return True
+        exc = exc.__context__
+    return False
+
+
+def _psycopg2_operational_error():
+    import psycopg2
+
+    return psycopg2.OperationalError
+
+
+def discard_connection() -> None:
+    """Drop this thread's connection without handing it back to a pool: the next query opens a new one.
+
+    A pooled connection whose server went away still looks open to the thread that holds it, which would
+    otherwise fail on it for ever ("connection already closed").
+    """
+    db = database.obj
+    while db.in_transaction():  # left by an error inside atomic(); the server has forgotten it anyway
+        db.pop_transaction()
+    if db.is_closed():
+        return
+    if isinstance(db, PooledDatabase):
+        db.manual_close()  # closes the driver's connection and takes it out of the pool's books
+        return
+    try:
+        db.close()
+    except (PeeweeException, sqlite3.Error):
+        db.dispose()  # forget it: closing failed, it cannot be used either
+
+
+def release_connection(*, pooled_only: bool = False) -> None:
+    """At the end of a unit of work on a thread that outlives it (a request, a task on a thread pool): hand
+    the connection back to the pool, which tests it before it lends it again; a connection that cannot be
+    handed back is discarded. pooled_only: leave a SQLite connection open (it cannot go stale)."""
+    db = database.obj
+    if db.is_closed() or (pooled_only and not isinstance(db, PooledDatabase)):
+        return
+    try:
+        db.close()
+    except Exception:  # noqa: BLE001 - whatever went wrong, the thread must not keep this connection
+        discard_connection()
+
+
+def releasing_connection(fn):
+    """fn, run on a thread pool, hands its pooled connection back when it returns (release_connection)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release_connection(pooled_only=True)
+
+    return wrapper
+
+
+class DatabaseOutage:
+    """Whether this process finds the database unavailable now, and since when: logged once when an outage
+    begins (a warning) and once when it ends (info), whichever thread notices first."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._since: float | None = None
+
+    def began(self, exc: BaseException, noticed_by: str) -> None:
+        with self._lock:
+            if self._since is not None:
+                return
+            self._since = time.monotonic()
+        log.warning("the database is unavailable (%s: %s), noticed by %s; waiting for it, trying again every "
+                    "%.2g to %.2g s", type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc) else "",
+                    noticed_by, RECONNECT_BACKOFF.first / 2, RECONNECT_BACKOFF.longest)
+
+    def ended(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            lasted, self._since = time.monotonic() - self._since, None
+        log.info("the database is available again after %.1f s", lasted)
+
+    def seconds(self) -> float:
+        """How long the current outage has lasted (0.0: none)."""
+        since = self._since
+        return 0.0 if since is None else time.monotonic() - since
+
+
+outage = DatabaseOutage()
+
+
+class Reconnect:
+    """One long-lived thread's way through database outages (the worker loop, heartbeat, coordinator, listener).
+
+    In the thread's except clause, after_failure(exc) says how long to wait before the next attempt, or None
+    when exc is not the database being unavailable (the thread handles it as before). The thread's
+    connection is discarded each time. A connection found dead once is just replaced (a restart the thread
+    slept through): the first retry comes at once, and only when a new connection fails too is the outage
+    logged. After the next attempt that reaches the database, after_success() logs the end of the outage.
+    """
+
+    def __init__(self, thread: str, backoff: Backoff = RECONNECT_BACKOFF):
+        self.thread = thread
+        self.backoff = backoff
+        self.failures = 0
+
+    def after_failure(self, exc: BaseException) -> float | None:
+        if not is_unavailable(exc):
+            return None
+        discard_connection()
+        self.failures += 1
+        if self.failures == 1:
+            log.debug("%s: its database connection was gone (%s); reconnecting", self.thread, exc)
+            return 0.0
+        outage.began(exc, self.thread)
+        return self.backoff.seconds(self.failures - 1)
+
+    def after_success(self) -> None:
+        if self.failures:
+            self.failures = 0
+            outage.ended()

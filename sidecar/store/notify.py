@@ -12,12 +12,13 @@ import logging
 import select
 import threading
 
-from .db import database, dialect
+from .db import Reconnect, database, dialect
 
 log = logging.getLogger("nrllm_sidecar.notify")
 
 CHANNEL = "nrllm_dependency_due"
 RECONNECT_SECONDS = 1.0
+MIN_RECONNECT_SECONDS = 0.1
 
 
 def notify() -> None:
@@ -67,10 +68,13 @@ class Listener:
         return conn
 
     def _run(self) -> None:
+        reconnect = Reconnect("the coordinator's LISTEN connection")
         while not self._stopping.is_set():
             conn = None
+            pause = RECONNECT_SECONDS
             try:
                 conn = self._connect()
+                reconnect.after_success()
                 self._listening.set()
                 self.on_notify()
                 while not self._stopping.is_set():
@@ -81,10 +85,13 @@ class Listener:
                             conn.notifies.clear()
                             self.on_notify()
             except Exception as exc:  # any lost connection: listen again, and meanwhile poll
-                log.warning("listening for coordinator wake-ups failed (%s); reconnecting", exc)
+                if (pause := reconnect.after_failure(exc)) is None:  # None: not an outage (logged once)
+                    pause = RECONNECT_SECONDS
+                    log.warning("listening for coordinator wake-ups failed (%s); reconnecting", exc)
             finally:
                 self._listening.clear()
                 if conn is not None:
                     with contextlib.suppress(Exception):  # closing a broken connection may fail too
                         conn.close()
-            self._stopping.wait(RECONNECT_SECONDS)
+            # Never at once: a connection the server drops right after LISTEN must not make this loop spin.
+            self._stopping.wait(max(pause, MIN_RECONNECT_SECONDS))
