@@ -1,7 +1,9 @@
-"""A stopping worker's hand-back on SQLite, PostgreSQL and MariaDB: what it writes, and that the old holder's
-segment writes nothing after it, through any of its writes and even while one is under way."""
+"""A stopping worker's hand-back on SQLite, PostgreSQL and MariaDB: what it writes, that the worker keeps its
+leases through the grace and does not wait for a segment it handed back, and that the old holder's segment
+writes nothing after it, through any of its writes and even while one is under way."""
 
 import threading
+import time
 
 import pytest
 
@@ -12,6 +14,7 @@ from sidecar.domain.vocabulary import RunStatus, TerminationReason
 from sidecar.segment import Segment
 from sidecar.store import events, leases, notes, pauses, runs
 from sidecar.store.models import BaseModel, Run
+from sidecar.worker import Worker
 from tests.helpers import event_kinds, run_row, wait_until
 
 LEASE = LeasePolicy(30)
@@ -113,3 +116,48 @@ def test_a_segment_writing_while_it_is_handed_back_writes_nothing_after_the_hand
     steps = [e["sequence"] for e in events.list_events(claim.run_id) if e["kind"] == "step"]
     assert steps == written and max(steps) < handed_back["sequence"]
     assert Run.get_by_id(claim.run_id).status == "queued"
+
+
+class _Stubborn:
+    """An executor that works on, whatever happens to its lease, until told to write once more and end."""
+
+    def __init__(self):
+        self.working = threading.Event()
+        self.go_on = threading.Event()
+        self.late_write: list[str] = []
+
+    def execute(self, segment: Segment):
+        self.working.set()
+        self.go_on.wait(60)
+        try:
+            segment.event("step", {"late": True})
+            self.late_write.append("written")
+        except LeaseLost:
+            self.late_write.append("fenced")
+            raise
+        return segment.complete("late")
+
+
+def test_a_stopping_worker_keeps_its_lease_through_the_grace_then_hands_back_without_waiting(database_url):
+    executor = _Stubborn()
+    worker = Worker(executor, LeasePolicy(1.0), concurrency=1, poll_interval=0.05)
+    run_id = runs.create_run("owner", "x")
+    worker.start()
+    try:
+        assert executor.working.wait(30)
+        stopping = threading.Thread(target=worker.stop, args=(3.0,))  # three leases
+        stopping.start()
+        reaped = []
+        while stopping.is_alive():  # another worker's reaper, far more eager than any
+            reaped += leases.reap()
+            time.sleep(0.02)
+        stopping.join()
+        assert reaped == [], "a lease expired during the grace"
+        row = run_row(run_id)
+        assert (row.status, row.requeue_count) == ("queued", 0)
+        assert event_kinds(run_id)[-3:] == ["handed_back", "status", "requeued"]
+        before = _everything()
+    finally:
+        executor.go_on.set()
+    wait_until(lambda: executor.late_write, what="the abandoned segment to try its late write")
+    assert executor.late_write == ["fenced"] and _everything() == before
