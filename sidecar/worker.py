@@ -107,7 +107,10 @@ class Worker:
             if self._heartbeat_thread:
                 self._heartbeat_thread.join(timeout=5)
             wakeup.unsubscribe(self._wake)
-            workers.forget(self.id)
+            try:
+                workers.forget(self.id)
+            except Exception:  # the row ages out of health's window anyway; the hand-back matters more
+                log.exception("removing the heartbeat row of worker %s failed", self.id)
             abandoned = self._hand_back_remaining(grace)
             # Threads still in a handed-back segment are not waited for: they are fenced, and end with the process.
             self._pool.shutdown(wait=not abandoned, cancel_futures=True)
@@ -127,6 +130,9 @@ class Worker:
                 action = leases.hand_back(segment.claim, grace)
             except LeaseLost:
                 continue  # it ended (finished, suspended) between the grace's end and now
+            except Exception:  # the database is away: the run waits for its lease to expire, then the reaper
+                log.exception("handing back run %s failed", segment.run_id)
+                continue
             metrics.HANDED_BACK.labels(action).inc()
             log.warning("handed back run %s (epoch %d) unfinished after a grace of %ss: %s",
                         segment.run_id, segment.claim.epoch, grace, action)
