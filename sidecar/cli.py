@@ -2,6 +2,7 @@
 
 import faulthandler
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -32,6 +33,9 @@ def _load_executor(dotted: str):
 def _on_termination(stop) -> None:
     """SIGTERM and SIGINT stop gracefully (once); a second signal is left to the default handler.
 
+    `stop` stops claiming at once and hands back what is still held after the grace; then the process ends
+    (_exit_stopped).
+
     SIGUSR1 writes every thread's stack to standard error, for an operator looking at a stuck process.
     """
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -42,6 +46,19 @@ def _on_termination(stop) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def _exit_stopped() -> None:
+    """End the process after a graceful stop, at once, with status 0.
+
+    A thread still executing a segment the worker handed back must not outlive the hand-back (its writes are
+    fenced, but a tool's work outside the database is not), and an ordinary exit would wait for it: the
+    interpreter joins the worker's pool threads. So the logs are flushed and the process ends here.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @click.group()
@@ -91,7 +108,8 @@ worker_options = [
     click.option("--executor", default=DEFAULT_EXECUTOR, show_default=True, hidden=True,
                  help="module:Class of the segment executor."),
     click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(min=0),
-                 help="On SIGTERM, seconds to let segments finish before releasing them."),
+                 help="On SIGTERM, seconds to let segments finish (their leases are still renewed, so this may "
+                      "exceed the lease) before handing the rest back to the queue."),
 ]
 
 
@@ -109,7 +127,7 @@ def _with_worker_options(fn):
               help="The address --metrics-port listens on.")
 def worker(concurrency: int, poll_interval: float, executor: str, grace: float, metrics_port: int | None,
            metrics_host: str) -> None:
-    """Claim queued runs and execute them until SIGTERM; then finish or release what is held."""
+    """Claim queued runs and execute them until SIGTERM; then finish or hand back what is held."""
     settings = _bind(migrate=True)
     if metrics_port is not None:
         # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
@@ -117,6 +135,7 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
     w = _make_worker(settings, concurrency, poll_interval, executor)
     _on_termination(lambda: w.stop(grace))
     w.run()
+    _exit_stopped()
 
 
 @main.command()
@@ -152,6 +171,7 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
     def stop():
         if embedded:
             embedded.stop(grace)
+            _exit_stopped()  # right after the hand-back, not after the server's next poll
         server.shutdown()
 
     _on_termination(stop)
@@ -162,6 +182,7 @@ def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, gra
         embedded.start()
     click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)
     server.serve_forever()
+    _exit_stopped()  # serve_forever returns only after stop() above
 
 
 from .commands import keys_group, runs_group, token_group  # noqa: E402 - subcommand groups live in their own module

@@ -11,6 +11,9 @@ CLAIM_CONFLICTS = Counter(
 )
 LEASE_LOSSES = Counter("nrllm_lease_losses_total", "Segments of this process that found their lease lost")
 REAPED = Counter("nrllm_reaped_total", "Runs the reaper of this process acted on, by action", ["action"])
+HANDED_BACK = Counter(
+    "nrllm_handed_back_total", "Runs a stopping worker of this process handed back unfinished, by action", ["action"]
+)
 POLLS = Counter("nrllm_polls_total", "GetTask polls of remote tasks by the coordinators of this process")
 OUTBOUND_OUTCOMES = Counter(
     "nrllm_outbound_outcomes_total",

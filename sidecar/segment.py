@@ -21,7 +21,7 @@ class Segment:
         self.claim = claim
         self.run = run
         self.spec = json.loads(run.spec or "{}")
-        # Set by the heartbeat when a renewal finds the lease gone, or by a worker that releases it.
+        # Set by the heartbeat when a renewal finds the lease gone, or by a stopping worker before its hand-back.
         self.lost = threading.Event()
 
     @property

@@ -1,7 +1,8 @@
 """The worker: claims queued runs and executes their segments on a bounded thread pool.
 
 One loop thread claims (as many runs as there are free slots), one heartbeat thread renews the leases of
-every segment in flight and the worker's own row, and the reaper runs at least once per lease period.
+every segment in flight and the worker's own row (also while a stopping worker lets them finish), and the
+reaper runs at least once per lease period.
 The loop wakes at once for runs queued in this process and polls the queue otherwise.
 """
 
@@ -50,6 +51,7 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
+        self._heartbeats_end = threading.Event()  # later than _stopping: leases held are renewed until handed back
         self._lifecycle = threading.Lock()
         self._loop_thread: threading.Thread | None = None
         self._heartbeat_thread: threading.Thread | None = None
@@ -80,11 +82,15 @@ class Worker:
             pass
 
     def stop(self, grace: float) -> None:
-        """Stop claiming; let segments in flight finish for `grace` seconds, then release the rest."""
+        """Stop claiming; let segments in flight finish for `grace` seconds, then hand the rest back."""
         with self._lifecycle:
             self._stop(grace)
 
     def _stop(self, grace: float) -> None:
+        # The order matters (docs/runs-and-leases.md, "Graceful stop"): claiming stops at once, the heartbeat
+        # goes on renewing the leases held until they are handed back, so no other worker can take a run
+        # over during the grace, however short the lease.
+        deadline = time.monotonic() + grace
         self._stopping.set()
         self._wake.set()
         try:
@@ -93,29 +99,44 @@ class Worker:
                 self._loop_thread.join()
             for companion in self.companions:
                 companion.stop()
-            deadline = time.monotonic() + grace
             while self.active_count() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            self._release_remaining()
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            # Everything else before the hand-back, which is the last thing this worker does: a thread still
+            # executing a handed-back segment then lives on only for as long as the process takes to exit.
+            self._heartbeats_end.set()
             if self._heartbeat_thread:
                 self._heartbeat_thread.join(timeout=5)
             wakeup.unsubscribe(self._wake)
-            workers.forget(self.id)
+            try:
+                workers.forget(self.id)
+            except Exception:  # the row ages out of health's window anyway; the hand-back matters more
+                log.exception("removing the heartbeat row of worker %s failed", self.id)
+            abandoned = self._hand_back_remaining(grace)
+            # Threads still in a handed-back segment are not waited for: they are fenced, and end with the process.
+            self._pool.shutdown(wait=not abandoned, cancel_futures=True)
             log.info("worker %s stopped", self.id)
         finally:
             self._stopped.set()
 
-    def _release_remaining(self) -> None:
+    def _hand_back_remaining(self, grace: float) -> int:
+        """Hand back every segment still in flight; returns how many threads are left executing them."""
         with self._active_lock:
             remaining = list(self._active.values())
         for segment in remaining:
-            segment.lost.set()  # its thread stops at its next write
+            # Before the hand-back: the thread stops at its next write, and a write already under way when
+            # the hand-back commits finds the epoch moved on (store/leases.py), so nothing lands after it.
+            segment.lost.set()
             try:
-                leases.release(segment.claim)
-                log.info("released run %s on shutdown", segment.run_id)
+                action = leases.hand_back(segment.claim, grace)
             except LeaseLost:
-                pass
+                continue  # it ended (finished, suspended) between the grace's end and now
+            except Exception:  # the database is away: the run waits for its lease to expire, then the reaper
+                log.exception("handing back run %s failed", segment.run_id)
+                continue
+            metrics.HANDED_BACK.labels(action).inc()
+            log.warning("handed back run %s (epoch %d) unfinished after a grace of %ss: %s",
+                        segment.run_id, segment.claim.epoch, grace, action)
+        return len(remaining)
 
     def active_count(self) -> int:
         with self._active_lock:
@@ -150,7 +171,7 @@ class Worker:
     def _heartbeat(self) -> None:
         host, pid = socket.gethostname(), os.getpid()
         database = db.Reconnect("the worker heartbeat")
-        while not self._stopping.is_set():
+        while not self._heartbeats_end.is_set():
             interval = self.lease.heartbeat_interval
             try:
                 workers.beat(self.id, host, pid, self.concurrency)
@@ -165,7 +186,7 @@ class Worker:
                     log.exception("heartbeat error")
                 else:
                     interval = min(interval, pause)  # to renew leases again soon once the database is back
-            self._stopping.wait(interval)
+            self._heartbeats_end.wait(interval)
 
     def reap(self) -> list[leases.Reaped]:
         reaped = leases.reap(self.reap_limit)

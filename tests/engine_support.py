@@ -6,6 +6,7 @@ in memory and (for worker processes) in the file named by NRLLM_TEST_CALL_LOG.
 
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -138,3 +139,37 @@ class CountingAgentLoop(AgentLoop):
 
     def __init__(self):
         super().__init__(registry(settings=Settings.from_env(), log=CallLog(os.environ["NRLLM_TEST_CALL_LOG"])))
+
+
+class TickingTool(Tool):
+    """`tick`: works for `seconds` without looking at its lease or its run, as blocking work in a library would,
+    and records `start|tick|end <pid> <unix time>` lines: which process ran it, when, and whether it ended."""
+
+    name = "tick"
+    effect = ToolEffect.READ_ONLY
+    description = "Works for the given number of seconds, recording its progress."
+    parameters = {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}
+    INTERVAL = 0.2
+
+    def __init__(self, log: CallLog):
+        self.log = log
+
+    def _record(self, what: str) -> None:
+        self.log.add(f"{what} {os.getpid()} {time.time():.6f}")
+
+    def run(self, arguments, context):
+        self._record("start")
+        until = time.monotonic() + arguments["seconds"]
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, self.INTERVAL))
+            self._record("tick")
+        self._record("end")
+        return "ticked"
+
+
+class TickingAgentLoop(AgentLoop):
+    """The agent loop of a worker process with the `tick` tool, recording in $NRLLM_TEST_CALL_LOG."""
+
+    def __init__(self):
+        super().__init__(registry(TickingTool(CallLog(os.environ["NRLLM_TEST_CALL_LOG"])),
+                                  settings=Settings.from_env()))

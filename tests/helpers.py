@@ -2,6 +2,8 @@
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,3 +80,28 @@ def cli_in_process(database_url: str, *args: str, env: dict | None = None):
             store_db.database.obj.close()
         store_db.database.initialize(bound)
     return result
+
+
+def exit_code(proc: subprocess.Popen, log_path: Path, timeout: float = 30) -> int:
+    """The exit status of a worker expected to exit; if it does not, its threads' stacks and log in the failure."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the worker dumps its threads' stacks into its log
+        time.sleep(1)
+        proc.kill()
+        raise AssertionError(f"the worker did not exit; its log:\n{log_path.read_text()}") from None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def scrape(port: int) -> str:
+    """A process's Prometheus counters (`--metrics-port`)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return answer.read().decode()

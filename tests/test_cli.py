@@ -12,8 +12,9 @@ from peewee import fn
 
 from sidecar.domain.clock import utcnow
 from sidecar.store import db as store_db
+from sidecar.store import events, runs
 from sidecar.store.migrations import MIGRATIONS
-from sidecar.store.models import SchemaMigration
+from sidecar.store.models import Run, SchemaMigration
 from tests.helpers import ROOT, wait_until
 
 
@@ -71,6 +72,28 @@ def test_serve_migrates_answers_health_and_stops_on_sigterm(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_serve_hands_back_a_run_its_worker_still_holds_after_the_grace_and_exits(sqlite_url, tmp_path):
+    tool_log = tmp_path / "tool.log"
+    env = {**os.environ, "NRLLM_DATABASE_URL": sqlite_url, "NRLLM_LEASE_SECONDS": "5",
+           "NRLLM_TEST_CALL_LOG": str(tool_log)}
+    run_id = runs.create_run("be_user:7", "work", spec={"provider": "scripted", "script": [
+        {"tool_calls": [{"id": "call_1", "name": "tick", "arguments": {"seconds": 60}}]}, {"content": "never"}]})
+    proc = _cli("serve", "--port", "0", "--grace", "0.5", "--executor", "tests.engine_support:TickingAgentLoop",
+                env=env)
+    try:
+        wait_until(lambda: "start" in tool_log.read_text() if tool_log.exists() else False, timeout=60,
+                   what="the embedded worker to start the tool")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, "serve waited for the tool instead of handing its run back"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    row = Run.get_by_id(run_id)
+    assert (row.status, row.lease_holder, row.requeue_count) == ("queued", None, 0)
+    assert [e["kind"] for e in events.list_events(run_id)][-3:] == ["handed_back", "status", "requeued"]
+    assert not any(line.startswith("end") for line in tool_log.read_text().splitlines())
 
 
 def test_serve_without_worker_reports_degraded_health(tmp_path):

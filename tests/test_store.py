@@ -180,18 +180,6 @@ def test_a_lost_run_with_a_non_idempotent_write_in_flight_is_not_retried(databas
     assert (row.status, row.termination_reason) == ("failed", "not_retryable")
 
 
-def test_release_requeues_without_counting_and_fences_the_holder(database_url):
-    run_id = runs.create_run("owner", "x")
-    (claim,) = leases.claim_queued("w", 1, LEASE)
-    leases.release(claim)
-    row = run_row(run_id)
-    assert (row.status, row.requeue_count, row.lease_holder) == ("queued", 0, None)
-    with pytest.raises(LeaseLost):
-        leases.append_event(claim, "step", {})
-    (again,) = leases.claim_queued("w2", 1, LEASE)
-    assert again.run_id == run_id and again.epoch > claim.epoch
-
-
 def test_finish_takes_only_terminal_statuses(database_url):
     runs.create_run("owner", "x")
     (claim,) = leases.claim_queued("w", 1, LEASE)

@@ -6,14 +6,23 @@ and signals them as an operator or a crash would.
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
 from sidecar.store import events, runs
 from sidecar.store.models import Run, RunEvent
-from tests.helpers import event_kinds, run_row, start_worker, steps_input, stop_process, wait_until
+from tests.helpers import (
+    event_kinds,
+    exit_code,
+    free_port,
+    run_row,
+    scrape,
+    start_worker,
+    steps_input,
+    stop_process,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +34,6 @@ def _claims_of(run_id: str) -> int:
         1 for e in RunEvent.select().where(RunEvent.run == run_id, RunEvent.kind == "status")
         if '"to": "running"' in e.payload
     )
-
-
-def exit_code(proc, log_path, timeout=30) -> int:
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGUSR1)  # the worker dumps its threads' stacks into its log
-        time.sleep(1)
-        proc.kill()
-        raise AssertionError(f"the worker did not exit; its log:\n{log_path.read_text()}") from None
 
 
 def _status(run_id: str) -> str:
@@ -168,18 +167,12 @@ def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tm
 
 
 def test_a_worker_serves_its_own_counters_on_its_metrics_port(database_url, tmp_path):
-    import socket
-    import urllib.request
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     run_id = runs.create_run("owner", steps_input({"event": "work"}, output="done"))
     proc = start_worker(database_url, *STEPS, "--metrics-port", str(port), log_path=tmp_path / "w.log")
     try:
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the run to complete")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-            scraped = answer.read().decode()
+        scraped = scrape(port)
     finally:
         stop_process(proc)
     assert 'nrllm_segment_outcomes_total{outcome="completed"} 1.0' in scraped, scraped

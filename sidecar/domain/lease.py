@@ -50,6 +50,13 @@ def reap_verdict(requeue_count: int, pending_effect: str | None) -> ReapVerdict:
     return ReapVerdict(requeue=True, termination_reason=None)
 
 
+def hand_back_verdict(pending_effect: str | None) -> ReapVerdict:
+    """What a stopping worker does with a run it still holds: a hand-back is no failure, so it costs no
+    requeue, but the process stops in the middle of the segment, so a non-idempotent write in flight still
+    forbids running it again."""
+    return reap_verdict(0, pending_effect)
+
+
 class ClaimBatch(list):
     """What one claim took, and how many of its candidates another claimer had taken first (the
     `nrllm_claim_conflicts_total` metric). Locked reads make those rare: PostgreSQL and MariaDB skip the rows

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
-from ..domain.lease import ClaimBatch, LeasePolicy, reap_verdict
+from ..domain.lease import ClaimBatch, LeasePolicy, hand_back_verdict, reap_verdict
 from ..domain.vocabulary import RunStatus
 from . import events, statements, status_guard
 from .db import transactional
@@ -145,23 +145,37 @@ def _status_event_or_lost(claim: Claim, new: str) -> None:
 
 
 @transactional
-def _release(claim: Claim) -> None:
-    _status_event_or_lost(claim, QUEUED)
-    events.append(claim.run_id, fence(claim), "requeued", {"reason": "released", "holder": claim.holder})
-    fenced_update(
-        claim,
-        status=QUEUED,
-        lease_holder=None,
-        lease_expires_at=None,
-        lease_epoch=Run.lease_epoch + 1,
-        queued_at=utcnow(),
-    )
+def _hand_back(claim: Claim, grace_seconds: float) -> str:
+    # The `handed_back` event comes first: its fenced UPDATE locks the run row, so the pending effect read next
+    # is the one a write of the holder committed last (none can commit in between), and the verdict holds.
+    said = {"holder": claim.holder, "epoch": claim.epoch, "grace_seconds": grace_seconds}
+    if events.append(claim.run_id, fence(claim), "handed_back", said) is None:
+        raise LeaseLost(claim.run_id, claim.epoch)
+    pending_effect = Run.select(Run.pending_effect).where(Run.id == claim.run_id).scalar()
+    verdict = hand_back_verdict(pending_effect)
+    if verdict.requeue:
+        _status_event_or_lost(claim, QUEUED)
+        events.append(claim.run_id, fence(claim), "requeued", {"reason": "released", "holder": claim.holder})
+        values = dict(status=QUEUED, queued_at=utcnow())
+        action = "requeued"
+    else:
+        _status_event_or_lost(claim, RunStatus.FAILED.value)
+        values = dict(status=RunStatus.FAILED.value, termination_reason=verdict.termination_reason,
+                      finished_at=utcnow())
+        action = verdict.termination_reason
+    fenced_update(claim, **values, lease_holder=None, lease_expires_at=None, lease_epoch=Run.lease_epoch + 1)
+    return action
 
 
-def release(claim: Claim) -> None:
-    """Give a claimed run back to the queue (a worker shutting down). Costs no requeue."""
-    _release(claim)
-    wakeup.runs_queued()
+def hand_back(claim: Claim, grace_seconds: float) -> str:
+    """A stopping worker gives a run it still holds back, at once: queued again for any worker (costing no
+    requeue), or failed `not_retryable` when a non-idempotent write is in flight, exactly as the reaper would.
+    The epoch moves on, so every later write of the old holder is fenced out. Returns the action (`requeued`
+    or the termination reason); LeaseLost when the run is no longer held by `claim` (it finished meanwhile)."""
+    action = _hand_back(claim, grace_seconds)
+    if action == "requeued":
+        wakeup.runs_queued()
+    return action
 
 
 @dataclass(frozen=True)
