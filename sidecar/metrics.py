@@ -16,3 +16,7 @@ OUTBOUND_OUTCOMES = Counter(
     ["kind", "outcome"],
 )
 PUSHES = Counter("nrllm_pushes_total", "Push notifications received by this process, by result", ["result"])
+CANCELS_GIVEN_UP = Counter(
+    "nrllm_cancels_given_up_total",
+    "CancelTask rows the coordinators of this process gave up after their last attempt got no answer",
+)

@@ -6,8 +6,9 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, fields
 
 from .. import keys
+from ..domain.clock import rfc3339
 from ..domain.lease import LeasePolicy
-from ..store import db, runs, sealed, workers
+from ..store import db, remote_agents, runs, sealed, workers
 from .auth import public
 
 blp = Blueprint("health", __name__, url_prefix="/api/v1", description="Liveness and readiness")
@@ -19,6 +20,9 @@ class HealthSchema(Schema):
     workers_alive = fields.Integer()
     oldest_queued_seconds = fields.Float()
     unsealable_checkpoints = fields.Integer()
+    failing_agents = fields.List(fields.Dict(), metadata={
+        "description": "remote agents whose last call failed: name, consecutive_failures, since, last_error "
+                       "(without URLs); they do not make the status degraded"})
 
 
 @blp.route("/health")
@@ -34,9 +38,10 @@ class Health(MethodView):
             oldest = runs.oldest_queued_seconds()
             # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
             unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
+            failing = [_failing(agent) for agent in remote_agents.failing_agents()]
         except db.DatabaseError:
             return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
-                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0}, 503
+                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "failing_agents": []}, 503
         degraded = alive == 0 or unsealable > 0
         return {
             "status": "degraded" if degraded else "ok",
@@ -44,4 +49,11 @@ class Health(MethodView):
             "workers_alive": alive,
             "oldest_queued_seconds": round(oldest, 3),
             "unsealable_checkpoints": unsealable,
+            "failing_agents": failing,
         }
+
+
+def _failing(agent) -> dict:
+    # The error was stored without its URLs (store/remote_agents.py): health needs no token.
+    return {"name": agent.name, "consecutive_failures": agent.consecutive_failures,
+            "since": rfc3339(agent.failing_since), "last_error": agent.last_error}
