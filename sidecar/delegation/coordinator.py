@@ -2,10 +2,14 @@
 
 A tick claims the due waits (advancing each one's next poll is the claim, so coordinators in several
 processes never poll one row twice), asks each remote agent for its task on a small thread pool, and
-resolves a wait when the task has an answer for the model. A wait's next poll is never later than its
-deadline, so the same claim finds deadlines: the delegation's deadline resumes the run with a timeout
-result, the run's own deadline ends it `failed`, and both journal a CancelTask that the tick then sends
-(delegation/cancels.py). A run that waits holds no thread here between ticks: only due rows cost anything.
+resolves a wait when the task has an answer for the model; a send whose outcome is unknown is reconciled
+instead, at each poll, until its task is found. A failed poll or reconciliation backs the wait off
+(exponential, jittered, capped; agent_failures.py keeps the agent's count and logs). A wait's next poll
+is never later than its deadline, so the same claim finds deadlines: the delegation's deadline takes a
+last look (reconciliation, GetTask) and resumes the run with the task's result if it has finished, with
+a timeout result otherwise; the run's own deadline ends it `failed`; a timeout and a failure journal a
+CancelTask that the tick then sends (delegation/cancels.py). A run that waits holds no thread here
+between ticks: only due rows cost anything.
 
 Wake-ups: a push or a cancel in this process wakes the loop at once. Across processes, on PostgreSQL, a
 dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time (at most
