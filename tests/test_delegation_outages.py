@@ -105,44 +105,46 @@ def _gauge(client, operator_headers) -> float | None:
     return float(found.group(1)) if found else None
 
 
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("nrllm")]
+
+
 def test_a_dead_peer_is_polled_with_backoff_logged_a_few_times_and_shown_until_it_answers(
         settings, peers, start_worker, client, operator_headers, caplog):
     caplog.set_level(logging.WARNING, logger="nrllm_sidecar")
     peer = peers.start(card="1.0")
-    proxy = peers.lossy_proxy(peer, drop=())
-    poll, count = 0.2, 12
+    # No poll is ever answered (the sends are): for the sidecar the agent is down while the tasks run.
+    proxy = peers.lossy_proxy(peer, drop=("GetTask",))
+    poll, count = 0.2, 40
     register("research", proxy.url, poll=poll, deadline=600)
-    run_ids = [delegating_run("research", f"work:1:answer {i}") for i in range(count)]
+    run_ids = [delegating_run("research", f"work:0.5:answer {i}") for i in range(count)]
     start_worker(concurrency=4)
-    wait_until(lambda: all(run_row(r).status == "waiting_for_dependency" for r in run_ids), timeout=60,
+    wait_until(lambda: all(run_row(r).status == "waiting_for_dependency" for r in run_ids), timeout=120,
                what="every run to wait")
-
-    proxy.drop.add("GetTask")  # from here on no poll is answered: the agent is down for the sidecar
-    caplog.clear()
     before, started = proxy.forwarded["GetTask"], time.monotonic()
     wait_until(lambda: _failing_agents(client), what="health to list the failing agent")
     failing = _failing_agents(client)[0]
     assert failing["name"] == "research" and failing["consecutive_failures"] >= 1 and failing["since"]
     assert "http" not in failing["last_error"], "health needs no token: no URL is shown"
     assert _gauge(client, operator_headers) >= 1
-    time.sleep(6)  # the window whose polls are counted
+    time.sleep(8)  # the window whose polls are counted
     window = time.monotonic() - started
     polls = proxy.forwarded["GetTask"] - before
     for wait in DependencyWait.select().where(DependencyWait.resolved_at.is_null()):
         assert wait.failed_polls >= 1 and wait.next_poll_at <= wait.deadline_at
     full_rate = count * window / poll
-    assert count <= polls < full_rate / 3, (polls, full_rate)
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) <= 3, [r.getMessage() for r in warnings]  # not one per failed poll
+    assert 0 < polls < full_rate / 4, (polls, full_rate)  # still asked, far less often
+    warnings = _warnings(caplog)
+    assert len(warnings) <= 2, warnings  # hundreds of failed polls since the outage began, not a line each
 
     proxy.drop.discard("GetTask")  # the agent answers again
     for run_id in run_ids:
         assert ended(run_id).status == "completed"
     assert sorted(run_row(r).output for r in run_ids) == sorted(f"Remote said: answer {i}" for i in range(count))
     assert _failing_agents(client) == [] and _gauge(client, operator_headers) == 0
-    recovered = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
-    assert len(recovered) == 1, recovered
-    assert len([r for r in caplog.records if "is failing" in r.getMessage()]) >= 1
+    warnings = _warnings(caplog)
+    assert len(warnings) <= 4, warnings
+    assert [w for w in warnings if "is failing" in w] and len([w for w in warnings if "answers again" in w]) == 1
     assert all(w.failed_polls == 0 for w in DependencyWait.select())  # the backoff was reset
 
 
