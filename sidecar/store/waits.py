@@ -38,7 +38,7 @@ class Suspension:
     checkpoint: str
     key_fingerprint: str
     deadline_at: datetime
-    next_poll_at: datetime | None  # None: nothing to poll (an unknown outcome) until the deadline
+    next_poll_at: datetime | None  # None: first due at the deadline
     push_token_sha256: str | None = None
 
 
