@@ -80,6 +80,23 @@ def test_the_deadline_takes_a_last_look_and_a_task_finished_earlier_is_the_resul
     assert Outbound.select().where(Outbound.kind == "cancel").count() == 0  # a finished task is not cancelled
 
 
+def test_the_deadline_asks_a_known_task_once_more_when_every_poll_before_failed(settings, peers, start_worker):
+    peer = peers.start(card="1.0")
+    proxy = peers.lossy_proxy(peer, drop=())
+    deadline_at = []
+    proxy.drop_while["GetTask"] = lambda: not deadline_at or utcnow() < deadline_at[0]
+    register("research", proxy.url, poll=0.3, deadline=2.5)
+    run_id = delegating_run("research", "work:0.2:known and done")
+    start_worker(concurrency=1)
+    wait_until(lambda: DependencyWait.select().count() == 1, what="the run to wait")
+    deadline_at.append(DependencyWait.get().deadline_at)
+
+    run = ended(run_id)
+    assert (run.status, run.output) == ("completed", "Remote said: known and done")
+    assert DependencyWait.get().resolution == "result" and proxy.dropped >= 2
+    assert events_of(run_id, "resume")[0]["at_deadline"] is True
+
+
 def test_at_the_deadline_a_task_not_finished_is_a_timeout_and_cancelled(settings, peers, start_worker):
     peer, proxy, run_id = lost_and_waiting(peers, start_worker, "work:30:too late", poll=0.3, deadline=2.0)
     deadline_at = DependencyWait.get().deadline_at
