@@ -123,7 +123,9 @@ def _gauge(client, operator_headers) -> float | None:
 
 
 def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("nrllm")]
+    """Warnings about remote agents (where each failed poll used to log one)."""
+    about_agents = ("nrllm_sidecar.coordinator", "nrllm_sidecar.remote_agents", "nrllm_sidecar.reconcile")
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name in about_agents]
 
 
 def test_a_dead_peer_is_polled_with_backoff_logged_a_few_times_and_shown_until_it_answers(
@@ -160,7 +162,7 @@ def test_a_dead_peer_is_polled_with_backoff_logged_a_few_times_and_shown_until_i
     assert sorted(run_row(r).output for r in run_ids) == sorted(f"Remote said: answer {i}" for i in range(count))
     assert _failing_agents(client) == [] and _gauge(client, operator_headers) == 0
     warnings = _warnings(caplog)
-    assert len(warnings) <= 4, warnings
+    assert len(warnings) <= 3, warnings
     assert [w for w in warnings if "is failing" in w] and len([w for w in warnings if "answers again" in w]) == 1
     assert all(w.failed_polls == 0 for w in DependencyWait.select())  # the backoff was reset
 
@@ -186,8 +188,8 @@ def test_cancel_task_attempts_back_off_and_are_given_up_after_the_last(settings,
     assert events_of(run_id, "outbound")[-1]["note"] == "cancel given up: no attempt was answered"
     assert metrics.CANCELS_GIVEN_UP._value.get() == given_up_before + 1
     assert len(seen) == 5
-    # Four delays of 0.3, 0.6, 1.0 and 1.0 s between the claims: at a fixed 0.3 s it would take 1.2 s.
-    assert seen[-1] - seen[0] >= 2.4, [round(b - a, 2) for a, b in itertools.pairwise(seen)]
+    # Four delays of 0.3, 0.6, 1.0 and 1.0 s between the claims (2.9 s): at a fixed 0.3 s it would be 1.2 s.
+    assert seen[-1] - seen[0] >= 2.0, [round(b - a, 2) for a, b in itertools.pairwise(seen)]
     time.sleep(1)  # many ticks later: nothing sent again
     assert peer.calls["CancelTask"] == 5
     assert waits.current(run_id) is None
