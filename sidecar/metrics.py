@@ -26,3 +26,7 @@ DATABASE_UNAVAILABLE = Gauge(
     "How long this process has found the database unavailable and waits for it (0: the database answers)",
 )
 DATABASE_UNAVAILABLE.set_function(outage.seconds)
+CANCELS_GIVEN_UP = Counter(
+    "nrllm_cancels_given_up_total",
+    "CancelTask rows the coordinators of this process gave up after their last attempt got no answer",
+)

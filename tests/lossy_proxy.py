@@ -3,7 +3,8 @@
 LossyProxy forwards each request to an upstream A2A peer, waits for the peer's whole answer, and then, for
 the JSON-RPC methods in `drop`, closes the connection without answering: the peer did the work, the
 caller never hears of it (a lost answer). Other requests are relayed; card URLs are rewritten to point at
-the proxy, so a client that reads the card through the proxy keeps talking through it. `before_answering`
+the proxy, so a client that reads the card through the proxy keeps talking through it. `drop_while` drops
+a method's answers while a condition holds (until a deadline, for the first N requests). `before_answering`
 runs a test's step in the window between the peer's answer and the caller's. `rewrite` changes each answer's
 bytes on the way (to send what the peer itself could not, such as an unpaired surrogate escape).
 
@@ -53,7 +54,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             conn.close()
         with proxy.lock:
             proxy.forwarded[method] += 1
-            lose = method in proxy.drop
+            lose = method in proxy.drop or bool((still := proxy.drop_while.get(method)) and still())
             if lose:
                 proxy.dropped += 1
         if (meanwhile := proxy.before_answering.get(method)) is not None:
@@ -84,6 +85,8 @@ class LossyProxy:
         self.upstream = upstream.rstrip("/")
         self.drop = set(drop)
         self.rewrite = rewrite
+        # JSON-RPC method -> a callable asked at each request: its answer is dropped while it returns True.
+        self.drop_while: dict = {}
         self.dropped = 0
         self.forwarded: collections.Counter = collections.Counter()  # JSON-RPC method -> requests
         # JSON-RPC method -> a callable run after the peer answered and before the caller hears the answer.

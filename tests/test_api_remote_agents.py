@@ -1,4 +1,4 @@
-"""Remote agents, the outbound listing and health's unsealable checkpoints, on every database."""
+"""Remote agents, the outbound listing, health's unsealable checkpoints and failing agents, on every database."""
 
 import dataclasses
 import logging
@@ -292,3 +292,31 @@ def test_health_counts_checkpoints_no_configured_key_opens(client):
     _wait(run_id, "research", orphaned)
     degraded = client.get("/api/v1/health").get_json()
     assert (degraded["status"], degraded["unsealable_checkpoints"]) == ("degraded", 1)
+
+
+def test_health_and_the_gauge_show_a_failing_agent_without_its_urls_until_it_answers(client, op):
+    now = utcnow()
+    WorkerHeartbeat.create(id="w1", host="h", pid=1, concurrency=1, started_at=now, seen_at=now)
+    for name in ("research", "archive"):
+        remote_agents.create_agent(name, remote_agents.AgentFields(
+            url=f"https://{ALLOWED_HOST}/{name}", poll_interval_seconds=1, deadline_seconds=60))
+    assert client.get("/api/v1/health").get_json()["failing_agents"] == []
+    error = f"unreachable: remote agent at https://{ALLOWED_HOST}/research?key=s3cret: connection refused"
+    assert [remote_agents.record_failure("research", error) for _ in range(3)] == [1, 2, 3]
+
+    health = client.get("/api/v1/health").get_json()
+    assert health["status"] == "ok"  # the sidecar itself is healthy
+    (failing,) = health["failing_agents"]
+    assert (failing["name"], failing["consecutive_failures"]) == ("research", 3)
+    assert failing["last_error"] == "unreachable: remote agent at <url> connection refused"
+    assert failing["since"].endswith("Z")
+    assert "s3cret" not in client.get("/api/v1/health").get_data(as_text=True)
+    scraped = client.get("/metrics", headers=op).get_data(as_text=True)
+    assert 'nrllm_remote_agent_consecutive_failures{agent="research"} 3.0' in scraped
+    assert 'nrllm_remote_agent_consecutive_failures{agent="archive"} 0.0' in scraped
+
+    assert remote_agents.record_success("research") == 3
+    assert remote_agents.record_success("research") == 0  # one caller sees the end of the failures
+    assert client.get("/api/v1/health").get_json()["failing_agents"] == []
+    scraped = client.get("/metrics", headers=op).get_data(as_text=True)
+    assert 'nrllm_remote_agent_consecutive_failures{agent="research"} 0.0' in scraped

@@ -7,6 +7,7 @@ back, and the API answers 503 database_unavailable with Retry-After meanwhile an
 """
 
 import logging
+import random
 import sqlite3
 import threading
 import time
@@ -17,7 +18,6 @@ import pytest
 
 from sidecar.api import create_app
 from sidecar.config import Settings
-from sidecar.domain.backoff import Backoff
 from sidecar.store import db as store_db
 from sidecar.store import migrations, notify, runs, tokens
 from tests.api_helpers import TEST_SECRET_KEY, as_host, row_counts
@@ -33,13 +33,13 @@ OUTAGE_SECONDS = 3.0
 # -- the pieces ------------------------------------------------------------------------------------------
 
 
-def test_backoff_doubles_up_to_its_bound_and_jitters_within_half_of_it():
-    backoff = Backoff(first=0.25, longest=5.0)
-    assert [backoff.ceiling(n) for n in range(1, 8)] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
-    assert backoff.ceiling(10_000) == 5.0
-    assert backoff.seconds(3, draw=lambda: 0.0) == 0.5
-    assert backoff.seconds(3, draw=lambda: 1.0) == 1.0
-    assert all(2.5 <= backoff.seconds(50) <= 5.0 for _ in range(200))
+def test_reconnect_backoff_doubles_up_to_its_bound_and_jitters_within_half_of_it():
+    backoff = store_db.RECONNECT_BACKOFF
+    assert [backoff.delay(n) for n in range(1, 8)] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert backoff.delay(10_000) == 5.0
+    assert backoff.delay(3, 0.0) == 0.5
+    assert backoff.delay(3, 0.999999) == pytest.approx(1.5, rel=1e-5)
+    assert all(2.5 <= backoff.delay(50, random.random()) <= 5.0 for _ in range(200))
 
 
 @pytest.mark.parametrize("url", [

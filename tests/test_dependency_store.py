@@ -1,7 +1,8 @@
 """The store's guards around a dependency wait on SQLite, PostgreSQL and MariaDB (no remote agent needed):
 a cancel racing a resolution ends the wait once; two deadline resolutions journal one CancelTask; resends
 racing a reconciliation leave exactly one winner; a wait's next poll never passes its deadline; a push that
-comes before the suspension, or races it, is kept and makes the wait due."""
+comes before the suspension, or races it, is kept and makes the wait due; a backed-off wait and cancel
+are due at once when their agent answers again, and a cancel's claim schedules its next attempt."""
 
 import json
 import threading
@@ -139,6 +140,38 @@ def test_a_waits_next_poll_never_passes_its_deadline(database_url):
     waits.poll_now(soon.id)
     (claimed,) = waits.claim_due(10)
     assert claimed.id == soon.id and DependencyWait.get_by_id(soon.id).next_poll_at == soon.deadline_at
+
+
+
+def test_backed_off_waits_and_cancels_are_due_at_once_when_the_agent_answers_again(database_url):
+    from sidecar.store import remote_agents
+
+    create_agent("research", AgentFields(url="http://agent.example", poll_interval_seconds=600, deadline_seconds=60))
+    backing_off, fine = waiting_run(poll=0), waiting_run(poll=0)
+    claimed = {w.id: w for w in waits.claim_due(10)}
+    later = utcnow() + timedelta(minutes=5)
+    waits.back_off(claimed[backing_off.id], later)
+    assert (DependencyWait.get_by_id(backing_off.id).failed_polls,
+            DependencyWait.get_by_id(backing_off.id).next_poll_at) == (1, later)
+    waits.back_off(claimed[backing_off.id], later)  # this claim's time is gone: a second write finds nothing
+    assert DependencyWait.get_by_id(backing_off.id).failed_polls == 1
+
+    cancel = outbound.journal_cancel(outbound.get(backing_off.outbound_id), [], utcnow())
+    assert [r.id for r in outbound.cancels_due(utcnow(), max_attempts=3)] == [cancel.id]
+    assert outbound.claim_cancel(cancel, utcnow(), retry_at=later)
+    assert not outbound.claim_cancel(cancel, utcnow(), retry_at=later), "the same attempt is claimed once"
+    assert outbound.cancels_due(utcnow(), max_attempts=3) == []  # the next attempt is due later
+    assert outbound.get(cancel.id).attempts == 1
+
+    assert remote_agents.record_failure("research", "down") == 1
+    assert remote_agents.record_success("research") == 1
+    assert waits.poll_backed_off_now("research") == 1  # only the wait that backed off
+    assert outbound.retry_cancels_now("research") == 1
+    assert DependencyWait.get_by_id(backing_off.id).failed_polls == 0
+    assert DependencyWait.get_by_id(backing_off.id).next_poll_at <= utcnow()
+    assert DependencyWait.get_by_id(fine.id).next_poll_at > utcnow()
+    assert [r.id for r in outbound.cancels_due(utcnow(), max_attempts=3)] == [cancel.id]
+    assert outbound.cancels_due(utcnow(), max_attempts=1) == [], "no attempt is left"
 
 
 # --- pushes that come before the suspension ---------------------------------------------------------------

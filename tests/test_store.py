@@ -257,6 +257,31 @@ def test_a_database_from_before_migration_6_gains_the_early_push_column(database
     migrate(SchemaMigrator.from_database(database.obj).drop_column("outbound", "push_received_at"))
     SchemaMigration.delete().where(SchemaMigration.version >= 6).execute()
     assert "push_received_at" not in {c.name for c in database.get_columns("outbound")}
-    assert migrations.upgrade() == [6]
+    assert migrations.upgrade()[0] == 6
     assert "push_received_at" in {c.name for c in database.get_columns("outbound")}
+    assert migrations.upgrade() == []
+
+
+def test_a_database_from_before_migration_7_gains_the_failure_columns_with_their_defaults(database_url):
+    """Rows written before version 7 read as never failed and never attempted."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    from sidecar.store import remote_agents
+    from sidecar.store.db import database
+    from sidecar.store.models import RemoteAgent, SchemaMigration
+
+    added = {"remote_agents": ["consecutive_failures", "failing_since", "last_error"],
+             "dependency_waits": ["failed_polls"], "outbound": ["attempts", "next_attempt_at"]}
+    migrator = SchemaMigrator.from_database(database.obj)
+    migrate(*(migrator.drop_column(table, column) for table, columns in added.items() for column in columns))
+    SchemaMigration.delete().where(SchemaMigration.version >= 7).execute()
+    database.execute_sql("INSERT INTO remote_agents (name, url, poll_interval_seconds, deadline_seconds, push, "
+                         "created_at, updated_at) VALUES ('old', 'http://127.0.0.1:9', 30, 3600, 0, "
+                         "'2026-01-01 00:00:00', '2026-01-01 00:00:00')")
+    assert migrations.upgrade() == [7]
+    for table, columns in added.items():
+        assert set(columns) <= {c.name for c in database.get_columns(table)}
+    old = RemoteAgent.get_by_id("old")
+    assert (old.consecutive_failures, old.failing_since, old.last_error) == (0, None, None)
+    assert remote_agents.record_failure("old", "refused") == 1
     assert migrations.upgrade() == []

@@ -6,8 +6,9 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, fields
 
 from .. import __version__, keys
+from ..domain.clock import rfc3339
 from ..domain.lease import LeasePolicy
-from ..store import db, runs, sealed, workers
+from ..store import db, remote_agents, runs, sealed, workers
 from .auth import public
 from .errors import retry_after
 
@@ -23,6 +24,9 @@ class HealthSchema(Schema):
     version = fields.String(metadata={"description": "the sidecar's release (as nrllm-sidecar --version)"})
     database_unavailable_seconds = fields.Float(metadata={
         "description": "how long this process has found the database unavailable (0: it answers)"})
+    failing_agents = fields.List(fields.Dict(), metadata={
+        "description": "remote agents whose last call failed: name, consecutive_failures, since, last_error "
+                       "(without URLs); they do not make the status degraded"})
 
 
 @blp.route("/health")
@@ -38,6 +42,7 @@ class Health(MethodView):
             oldest = runs.oldest_queued_seconds()
             # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
             unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
+            failing = [_failing(agent) for agent in remote_agents.failing_agents()]
         except db.DatabaseError as exc:
             if db.is_unavailable(exc):
                 db.discard_connection()
@@ -45,7 +50,8 @@ class Health(MethodView):
             # workers_alive 0: heartbeats live in the database, so none can be confirmed (docs/reliability.md).
             return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
                     "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "version": __version__,
-                    "database_unavailable_seconds": round(db.outage.seconds(), 3)}, 503, retry_after()
+                    "database_unavailable_seconds": round(db.outage.seconds(), 3), "failing_agents": []}, \
+                503, retry_after()
         db.outage.ended()
         degraded = alive == 0 or unsealable > 0
         return {
@@ -56,4 +62,11 @@ class Health(MethodView):
             "unsealable_checkpoints": unsealable,
             "version": __version__,
             "database_unavailable_seconds": 0.0,
+            "failing_agents": failing,
         }
+
+
+def _failing(agent) -> dict:
+    # The error was stored without its URLs (store/remote_agents.py): health needs no token.
+    return {"name": agent.name, "consecutive_failures": agent.consecutive_failures,
+            "since": rfc3339(agent.failing_since), "last_error": agent.last_error}

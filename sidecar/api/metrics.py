@@ -1,5 +1,6 @@
-"""GET /metrics: Prometheus text. Runs by status are counted in the database at scrape time, so every
-API process reports the same numbers; the counters are this process's own (sidecar/metrics.py)."""
+"""GET /metrics: Prometheus text. Runs by status and remote agents' consecutive failures are read from the
+database at scrape time, so every API process reports the same numbers; the counters are this process's
+own (sidecar/metrics.py)."""
 
 from flask import Response, current_app
 from flask.views import MethodView
@@ -8,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from ..domain.vocabulary import RunStatus
-from ..store import runs
+from ..store import remote_agents, runs
 from .auth import principal, public
 from .errors import ApiError
 from .parsing import Blueprint
@@ -17,7 +18,8 @@ blp = Blueprint("metrics", __name__, url_prefix="", description="Prometheus metr
 
 
 class _Scrape:
-    """A collector for one scrape: the process registry plus the run counts read now."""
+    """A collector for one scrape: the process registry plus the run counts and the remote agents'
+    failures read now (the workers record failures in the database; this may be another process)."""
 
     def collect(self):
         yield from REGISTRY.collect()
@@ -26,6 +28,12 @@ class _Scrape:
         for status in RunStatus:
             family.add_metric([status.value], counts.get(status.value, 0))
         yield family
+        failing = GaugeMetricFamily("nrllm_remote_agent_consecutive_failures",
+                                    "Calls of each remote agent that failed in a row (0: its last call was answered)",
+                                    labels=["agent"])
+        for name, failures in sorted(remote_agents.failure_counts().items()):
+            failing.add_metric([name], failures)
+        yield failing
 
 
 @blp.route("/metrics")

@@ -2,10 +2,14 @@
 
 A tick claims the due waits (advancing each one's next poll is the claim, so coordinators in several
 processes never poll one row twice), asks each remote agent for its task on a small thread pool, and
-resolves a wait when the task has an answer for the model. A wait's next poll is never later than its
-deadline, so the same claim finds deadlines: the delegation's deadline resumes the run with a timeout
-result, the run's own deadline ends it `failed`, and both journal a CancelTask that the tick then sends
-(delegation/cancels.py). A run that waits holds no thread here between ticks: only due rows cost anything.
+resolves a wait when the task has an answer for the model; a send whose outcome is unknown is reconciled
+instead, at each poll, until its task is found. A failed poll or reconciliation backs the wait off
+(exponential, jittered, capped; agent_failures.py keeps the agent's count and logs). A wait's next poll
+is never later than its deadline, so the same claim finds deadlines: the delegation's deadline takes a
+last look (reconciliation, GetTask) and resumes the run with the task's result if it has finished, with
+a timeout result otherwise; the run's own deadline ends it `failed`; a timeout and a failure journal a
+CancelTask that the tick then sends (delegation/cancels.py). A run that waits holds no thread here
+between ticks: only due rows cost anything.
 
 Wake-ups: a push or a cancel in this process wakes the loop at once. Across processes, on PostgreSQL, a
 dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time (at most
@@ -13,17 +17,19 @@ IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due index eve
 """
 
 import logging
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from .. import logs, metrics, wakeup
+from ..domain.backoff import Backoff
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, TerminationReason
 from ..store import db, notify, outbound, remote_agents, resolutions, waits
 from ..store.models import DependencyWait
-from . import cancels, reconcile, remote
+from . import agent_failures, cancels, reconcile, remote
 from .results import lost_task_text, refused_text, result_text, timeout_text, unreachable_text
 from .types import TASK_NOT_FOUND, RemoteError
 
@@ -37,6 +43,10 @@ IDLE_SECONDS = 10.0
 _READ = object()  # poll(): read the journal row or the agent itself
 # A send lasts at most three call timeouts (connect, first byte, the rest); the fourth is the margin.
 LONGEST_SEND_IN_TIMEOUTS = 4
+# A failed poll or reconciliation: the next one after the agent's interval, then twice as long each time,
+# at most POLL_BACKOFF_CAP_SECONDS, spread by 20 % either way (domain/backoff.py); never past the deadline.
+POLL_BACKOFF_CAP_SECONDS = 300.0
+POLL_BACKOFF_JITTER = 0.2
 
 
 class Coordinator:
@@ -163,13 +173,15 @@ class Coordinator:
             return
         if row.outcome == OutboundOutcome.PENDING:
             row = self._settle_abandoned(wait, row)
-        if self._deadline(wait, checkpoint):
-            return
         agent = remote_agents.get_agent(wait.remote_agent) if agent is _READ else agent
+        if self._deadline(wait, checkpoint, row, agent):
+            return
         if agent is None:
             return
         if row.outcome == OutboundOutcome.OUTCOME_UNKNOWN:
             row = self._reconcile(wait, row, agent)
+            if row is None:
+                return
         if row.outcome in (OutboundOutcome.REJECTED, OutboundOutcome.NOT_DELIVERED):
             # Only an operator's resend leaves a wait on such a row: answer as the first send would have.
             text_of = refused_text if row.outcome == OutboundOutcome.REJECTED else unreachable_text
@@ -183,20 +195,26 @@ class Coordinator:
         try:
             task = remote.client_for(agent, self.settings).get_task(task_id)
         except RemoteError as exc:
-            if exc.code == TASK_NOT_FOUND:
-                self._resolve(wait, checkpoint, lost_task_text(task_id), {"remote_task_id": task_id})
-            else:
-                log.warning("run %s: polling %s failed: %s", wait.run_id, agent.name, exc)
+            if exc.code != TASK_NOT_FOUND:
+                self._failed(wait, agent, f"polling failed: {exc}")
+                return
+            self._answered(wait, agent)
+            self._resolve(wait, checkpoint, lost_task_text(task_id), {"remote_task_id": task_id})
             return
         except remote.Unreachable as exc:
-            log.warning("run %s: %s unreachable: %s", wait.run_id, agent.name, exc)
+            self._failed(wait, agent, f"unreachable: {exc}")
             return
+        self._answered(wait, agent)
         if task.finished:
             self._resolve(wait, checkpoint, result_text(task), {"remote_task_id": task_id, "state": task.state},
                           bytes_received=task.bytes_received)
 
-    def _deadline(self, wait, checkpoint: dict) -> bool:
-        """Act on a deadline that passed (True); the CancelTask row is committed with the resolution."""
+    def _deadline(self, wait, checkpoint: dict, row, agent) -> bool:
+        """Act on a deadline that passed (True); the CancelTask row is committed with the resolution.
+
+        The delegation's deadline first takes a last look: an unknown outcome is reconciled once more and a
+        known task asked for once more (GetTask), and a task found finished resolves the wait with its
+        result. Only otherwise, or when the look fails, is the answer "timeout"."""
         now = utcnow()
         run_deadline = waits.run_deadline_of(wait)
         if run_deadline is not None and run_deadline <= now:
@@ -204,13 +222,39 @@ class Coordinator:
             if resolutions.fail(wait, TerminationReason.DEADLINE_EXCEEDED, detail, cancel_remote=True):
                 log.info("run %s: its deadline passed while it waited on %s; failed", wait.run_id, wait.remote_agent)
             return True
-        if wait.deadline_at <= now:
-            detail = {"deadline_at": wait.deadline_at.isoformat()}
-            if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
-                             resolution="timeout", detail=detail, cancel_remote=True):
-                log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
+        if wait.deadline_at > now:
+            return False
+        if (task := self._last_look(wait, row, agent)) is not None:
+            self._resolve(wait, checkpoint, result_text(task),
+                          {"remote_task_id": task.id, "state": task.state, "at_deadline": True},
+                          bytes_received=task.bytes_received)
             return True
-        return False
+        detail = {"deadline_at": wait.deadline_at.isoformat()}
+        if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
+                               resolution="timeout", detail=detail, cancel_remote=True):
+            log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
+        return True
+
+    def _last_look(self, wait, row, agent):
+        """The remote task, if it has finished, asked for once more at the deadline; None otherwise (not
+        found, not finished, or the peer does not answer)."""
+        if agent is None or row.outcome not in (OutboundOutcome.ACCEPTED, OutboundOutcome.OUTCOME_UNKNOWN):
+            return None
+        try:
+            client = remote.client_for(agent, self.settings)
+            if row.outcome == OutboundOutcome.OUTCOME_UNKNOWN:
+                found = reconcile.find(client, row)
+                if found is None or not outbound.record_found(row.id, found.id):
+                    return None
+                row = outbound.get(row.id)
+            if not row.remote_task_id:
+                return None
+            metrics.POLLS.inc()
+            task = client.get_task(row.remote_task_id)
+        except (remote.Unreachable, reconcile.Impossible, RemoteError) as exc:
+            log.info("run %s: the last look at %s before its deadline failed: %s", wait.run_id, agent.name, exc)
+            return None
+        return task if task.finished else None
 
     def _settle_abandoned(self, wait, row):
         """A wait names a `pending` send only after an operator's resend (a segment's own sends are settled
@@ -223,18 +267,46 @@ class Coordinator:
         return outbound.get(row.id)
 
     def _reconcile(self, wait, row, agent):
-        """An unknown outcome is claimed before its deadline only after a push: look for the task."""
+        """Look for the task of a send whose outcome is unknown, at each poll until found or the deadline.
+        Returns the row as it is now, or None when there is nothing more to do at this poll."""
         try:
-            found = reconcile.try_find(remote.client_for(agent, self.settings), row)
+            found = reconcile.find(remote.client_for(agent, self.settings), row)
         except remote.Unreachable as exc:
-            log.warning("run %s: %s unreachable: %s", wait.run_id, agent.name, exc)
-            found = None
+            self._failed(wait, agent, f"unreachable: {exc}")
+            return None
+        except reconcile.Impossible as exc:
+            if exc.transient:
+                self._failed(wait, agent, f"reconciliation failed: {exc}")
+                return None
+            # The peer answered that it has no ListTasks (an A2A 0.3 peer): asking again cannot help.
+            log.info("run %s: reconciliation of %s impossible: %s", wait.run_id, row.id, exc)
+            if hasattr(wait, "claimed_next_poll_at"):
+                waits.park(wait, self._deadline_of(wait))
+            return None
+        self._answered(wait, agent)
         if found is not None and outbound.record_found(row.id, found.id):
             log.info("run %s: reconciliation found task %s at %s", wait.run_id, found.id, agent.name)
-        row = outbound.get(row.id)
-        if row.outcome == OutboundOutcome.OUTCOME_UNKNOWN and hasattr(wait, "claimed_next_poll_at"):
-            waits.park(wait, waits.earliest(wait.deadline_at, waits.run_deadline_of(wait)))
-        return row
+        return outbound.get(row.id)
+
+    @staticmethod
+    def _deadline_of(wait):
+        return waits.earliest(wait.deadline_at, waits.run_deadline_of(wait))
+
+    def _failed(self, wait, agent, error: str) -> None:
+        """A poll or reconciliation got no usable answer: count it for the agent, and poll this wait again
+        later and later (never past its deadline, so the deadline is still acted on in time)."""
+        agent_failures.failed(agent, error)
+        if not hasattr(wait, "claimed_next_poll_at"):
+            return  # polled outside a claim (a test, a tool): nothing to reschedule
+        backoff = Backoff(initial=agent.poll_interval_seconds, cap=max(agent.poll_interval_seconds,
+                          POLL_BACKOFF_CAP_SECONDS), jitter=POLL_BACKOFF_JITTER)
+        delay = backoff.delay(wait.failed_polls + 1, random.random())
+        waits.back_off(wait, min(utcnow() + timedelta(seconds=delay), self._deadline_of(wait)))
+
+    def _answered(self, wait, agent) -> None:
+        if wait.failed_polls:
+            waits.polled_fine(wait.id)
+        agent_failures.answered(agent)
 
     def _resolve(self, wait, checkpoint: dict, text: str, detail: dict, bytes_received: int = 0) -> None:
         if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,

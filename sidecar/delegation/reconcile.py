@@ -9,7 +9,7 @@ guarded on `outcome_unknown`, so a resend racing it cannot also win).
 import logging
 
 from ..store.models import Outbound
-from .a2a import A2AClient
+from .a2a import INTERNAL_ERROR, A2AClient
 from .ids import context_id_for
 from .types import RemoteError, TaskView
 
@@ -18,7 +18,8 @@ log = logging.getLogger("nrllm_sidecar.reconcile")
 
 class Impossible(Exception):
     """ListTasks gave no list: nothing is known either way. `transient` when the peer gave no answer at
-    all (it may answer later); otherwise it answered an error (a 0.3 peer has no ListTasks)."""
+    all or an internal error (it may answer later); otherwise it answered an error that asking again
+    will not change (a 0.3 peer has no ListTasks)."""
 
     def __init__(self, message: str, transient: bool):
         super().__init__(message)
@@ -35,7 +36,7 @@ def find(client: A2AClient, row: Outbound) -> TaskView | None:
     try:
         tasks = client.list_tasks(row.context_id)
     except RemoteError as exc:
-        raise Impossible(str(exc), transient=exc.code is None) from None
+        raise Impossible(str(exc), transient=exc.code in (None, INTERNAL_ERROR)) from None
     mine = [t for t in tasks if row.message_id in t.message_ids]
     if mine:
         return mine[0]

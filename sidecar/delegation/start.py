@@ -182,7 +182,6 @@ def _after_retry(call, run, agent, row, settings) -> Started:
 def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
     now = utcnow()
     deadline_at = now + timedelta(seconds=agent.deadline_seconds)
-    known = row.outcome == OutboundOutcome.ACCEPTED and row.remote_task_id
     push = push_target_of(row.request_body)
     first_poll = agent.poll_interval_seconds
     if push:
@@ -201,9 +200,9 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         tool_call_id=call.tool_call_id, turn_index=call.turn_index, remote_agent=agent.name, outbound_id=row.id,
         outcome=row.outcome, remote_task_id=row.remote_task_id, checkpoint=checkpoint, key_fingerprint=fingerprint,
         deadline_at=deadline_at,
-        # Nothing to poll while the outcome is unknown: only reconciliation (a push, the deadline) or an
-        # operator moves it on.
-        next_poll_at=now + timedelta(seconds=first_poll) if known else None,
+        # A known task is polled; an unknown outcome is reconciled again at each poll (the one right after
+        # the send may have failed too) until its task is found or the deadline comes.
+        next_poll_at=now + timedelta(seconds=first_poll),
         push_token_sha256=waits.push_token_digest(push.token) if push else None,
     )
     try:

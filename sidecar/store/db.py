@@ -203,7 +203,8 @@ _PG_GONE_CODES = {"57P01", "57P02", "57P03"}
 # 2055), server shutdown in progress (1053), connection killed (1927), disconnected for inactivity (4031).
 _MYSQL_GONE_CODES = {2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031}
 # What each long-lived thread waits between attempts while the database is unavailable.
-RECONNECT_BACKOFF = Backoff(first=0.25, longest=5.0)
+# From 0.25 s doubling to 5 s, each wait spread by half either way.
+RECONNECT_BACKOFF = Backoff(initial=0.25, cap=5.0, jitter=0.5)
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -345,7 +346,7 @@ class Reconnect:
             log.debug("%s: its database connection was gone (%s); reconnecting", self.thread, exc)
             return 0.0
         outage.began(exc, self.thread)
-        return self.backoff.seconds(self.failures - 1)
+        return self.backoff.delay(self.failures - 1, random.random())
 
     def after_success(self) -> None:
         if self.failures:

@@ -76,6 +76,13 @@ def _v6_early_pushes(db):
     _add_missing_columns(db, Outbound, Outbound.push_received_at)
 
 
+def _v7_remote_failures(db):
+    _add_missing_columns(db, RemoteAgent, RemoteAgent.consecutive_failures, RemoteAgent.failing_since,
+                         RemoteAgent.last_error)
+    _add_missing_columns(db, DependencyWait, DependencyWait.failed_polls)
+    _add_missing_columns(db, Outbound, Outbound.attempts, Outbound.next_attempt_at)
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
@@ -83,6 +90,7 @@ MIGRATIONS = [
     (4, "remote agents, the outbound journal, dependency waits", _v4_delegation),
     (5, "person pauses, decisions, grants, notes", _v5_decisions),
     (6, "pushes that come before the suspension", _v6_early_pushes),
+    (7, "failing remote agents, backoff of polls and CancelTask attempts", _v7_remote_failures),
 ]
 
 

@@ -211,6 +211,11 @@ class RemoteAgent(BaseModel):
     endpoint = TextField(null=True)
     created_at = DateTimeField()
     updated_at = DateTimeField()
+    # Calls of the coordinators (polls, reconciliations, CancelTask) that failed in a row, since when, and
+    # the last error without its URLs: written by the worker, read by health and metrics in any process.
+    consecutive_failures = IntegerField(default=0)
+    failing_since = DateTimeField(null=True)
+    last_error = TextField(null=True)
 
     class Meta:
         table_name = "remote_agents"
@@ -239,6 +244,9 @@ class Outbound(BaseModel):
     # A push for this send that came before the run's suspension was committed (peers push as soon as the
     # task starts): the suspension then makes its wait due at once instead of losing the push.
     push_received_at = DateTimeField(null=True)
+    # Cancel rows: attempts that got no answer, and when the next one is due (the backoff's).
+    attempts = IntegerField(default=0)
+    next_attempt_at = DateTimeField(null=True)
 
     class Meta:
         table_name = "outbound"
@@ -264,6 +272,7 @@ class DependencyWait(BaseModel):
     next_poll_at = DateTimeField(null=True)  # null: nothing to poll (outcome unknown)
     push_token_sha256 = CharField(max_length=64, null=True)
     unsealable = IntegerField(default=0)  # 1 while its key is not configured (health reports it)
+    failed_polls = IntegerField(default=0)  # polls or reconciliations that failed in a row: the backoff's count
     resolved_at = DateTimeField(null=True)
     resolution = CharField(max_length=32, null=True)  # result | timeout | cancelled | checkpoint_invalid
 

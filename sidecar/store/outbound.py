@@ -9,13 +9,13 @@ or reconciliation finds its task (`record_found`): both are guarded on `outcome_
 `cancel` rows are committed in the transaction that ends the wait (a deadline, a run's cancel), without
 their body: the coordinator that sends them claims an attempt (`claim_cancel`) and writes the exact body
 into the row (`write_cancel_body`) before anything leaves. CancelTask is idempotent in A2A, so a cancel whose
-attempt failed is tried again (`cancels_due`).
+attempt failed is tried again (`cancels_due`), after a growing delay and a bounded number of times.
 """
 
 import hashlib
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from peewee import IntegrityError
 
@@ -256,24 +256,32 @@ def send_row_of(cancel_row: Outbound) -> Outbound | None:
             .order_by(Outbound.resend_count.desc()).first())
 
 
-def cancels_due(now: datetime, *, retry_after: float, give_up_after: float, limit: int = 50) -> list[Outbound]:
-    """Pending cancel rows never tried, or whose last attempt failed `retry_after` seconds ago; rows older
-    than `give_up_after` are left as they are (their last error says why). Read through the outcome index."""
-    tried_long_ago = Outbound.sent_at < now - timedelta(seconds=retry_after)
+def cancels_due(now: datetime, *, max_attempts: int, limit: int = 50) -> list[Outbound]:
+    """Pending cancel rows never tried, or whose next attempt is due, with attempts left. Read through
+    the outcome index."""
     return list(Outbound.select()
-                .where(Outbound.outcome == PENDING, Outbound.kind == CANCEL,
-                       Outbound.created_at > now - timedelta(seconds=give_up_after),
-                       Outbound.sent_at.is_null() | tried_long_ago)
+                .where(Outbound.outcome == PENDING, Outbound.kind == CANCEL, Outbound.attempts < max_attempts,
+                       Outbound.next_attempt_at.is_null() | (Outbound.next_attempt_at <= now))
                 .order_by(Outbound.created_at).limit(limit))
 
 
 @transactional
-def claim_cancel(row: Outbound, now: datetime) -> bool:
-    """Claim a pending cancel row for one attempt (sent_at: the attempt's time). Only the caller that still
-    sees the attempt time it read wins, so two coordinators never make the same attempt."""
+def claim_cancel(row: Outbound, now: datetime, retry_at: datetime) -> bool:
+    """Claim a pending cancel row for one attempt (sent_at: the attempt's time; attempts counted). The
+    claim also sets when the next attempt is due, should this one get no answer (`retry_at`, the
+    backoff's). Only the caller that still sees the attempt time it read wins, so two coordinators never
+    make the same attempt."""
     last = Outbound.sent_at.is_null() if row.sent_at is None else Outbound.sent_at == row.sent_at
-    return Outbound.update(sent_at=now).where(
+    return Outbound.update(sent_at=now, attempts=Outbound.attempts + 1, next_attempt_at=retry_at).where(
         Outbound.id == row.id, Outbound.kind == CANCEL, Outbound.outcome == PENDING, last).execute() == 1
+
+
+@transactional
+def retry_cancels_now(remote_agent: str) -> int:
+    """The agent answers again: its pending cancel rows waiting for a later attempt are due now."""
+    return Outbound.update(next_attempt_at=utcnow()).where(
+        Outbound.remote_agent == remote_agent, Outbound.kind == CANCEL, Outbound.outcome == PENDING,
+        Outbound.next_attempt_at > utcnow()).execute()
 
 
 @transactional
@@ -292,6 +300,21 @@ def record_cancel(outbound_id: str, outcome: str, *, error: str | None = None) -
     if outcome != PENDING:
         note = "cancel sent" if row.sent_at else "cancel not sent"
         events.append(row.run_id, [], "outbound", outbound_payload(row, note))
+
+
+GIVEN_UP_NOTE = "cancel given up: no attempt was answered"
+
+
+@transactional
+def give_up_cancel(outbound_id: str, error: str) -> bool:
+    """A cancel row whose last allowed attempt got no answer: `outcome_unknown` (the peer may or may not
+    have cancelled), never tried again. False when it was settled meanwhile."""
+    settled = Outbound.update(outcome=UNKNOWN, error=error).where(
+        Outbound.id == outbound_id, Outbound.kind == CANCEL, Outbound.outcome == PENDING).execute() == 1
+    if settled:
+        row = Outbound.get_by_id(outbound_id)
+        events.append(row.run_id, [], "outbound", outbound_payload(row, GIVEN_UP_NOTE))
+    return settled
 
 
 @transactional

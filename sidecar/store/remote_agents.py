@@ -7,9 +7,10 @@ agent. Nothing here logs a value.
 
 from dataclasses import dataclass, field
 
-from peewee import IntegrityError
+from peewee import IntegrityError, fn
 
 from .. import keys
+from ..domain.backoff import without_urls
 from ..domain.clock import utcnow
 from ..domain.errors import InvalidState, NotFound, SidecarError
 from .db import dialect, transactional
@@ -151,3 +152,42 @@ def save_endpoint(name: str, endpoint_json: str, *, for_url: str | None = None) 
 @transactional
 def _execute(query) -> int:
     return query.execute()
+
+
+@transactional
+def record_failure(name: str, error: str) -> int:
+    """One more call of the agent failed (a poll, a reconciliation, a CancelTask); returns how many failed
+    in a row now. Exactly one caller sees 1 (the update is atomic), so the start of a run of failures is
+    logged once. The error is kept without its URLs: health shows it without authentication."""
+    RemoteAgent.update(
+        consecutive_failures=RemoteAgent.consecutive_failures + 1,
+        failing_since=fn.COALESCE(RemoteAgent.failing_since, utcnow()),
+        last_error=without_urls(error),
+    ).where(RemoteAgent.name == name).execute()
+    return RemoteAgent.select(RemoteAgent.consecutive_failures).where(RemoteAgent.name == name).scalar() or 0
+
+
+@transactional
+def record_success(name: str) -> int:
+    """A call of the agent was answered: its run of failures ends. Returns how many had failed in a row
+    (0 when it was not failing); of callers racing, one sees the count (the row is read locked)."""
+    query = RemoteAgent.select(RemoteAgent.consecutive_failures).where(RemoteAgent.name == name)
+    if dialect() != "sqlite":  # SQLite: the write transaction already holds the whole file
+        query = query.for_update()
+    failed = query.scalar() or 0
+    if failed:
+        RemoteAgent.update(consecutive_failures=0, failing_since=None, last_error=None).where(
+            RemoteAgent.name == name).execute()
+    return failed
+
+
+def failing_agents() -> list[RemoteAgent]:
+    """Agents whose last call failed, by name (health lists them)."""
+    return list(RemoteAgent.select(RemoteAgent.name, RemoteAgent.consecutive_failures, RemoteAgent.failing_since,
+                                   RemoteAgent.last_error)
+                .where(RemoteAgent.consecutive_failures > 0).order_by(RemoteAgent.name))
+
+
+def failure_counts() -> dict[str, int]:
+    """Every agent's consecutive failures (0 for those that answer): the metrics gauge."""
+    return dict(RemoteAgent.select(RemoteAgent.name, RemoteAgent.consecutive_failures).tuples())

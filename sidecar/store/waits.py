@@ -38,7 +38,7 @@ class Suspension:
     checkpoint: str
     key_fingerprint: str
     deadline_at: datetime
-    next_poll_at: datetime | None  # None: nothing to poll (an unknown outcome) until the deadline
+    next_poll_at: datetime | None  # None: first due at the deadline
     push_token_sha256: str | None = None
 
 
@@ -181,6 +181,33 @@ def park(wait: DependencyWait, until: datetime) -> None:
     DependencyWait.update(next_poll_at=until).where(
         DependencyWait.id == wait.id, DependencyWait.resolved_at.is_null(),
         DependencyWait.next_poll_at == wait.claimed_next_poll_at).execute()
+
+
+def back_off(wait: DependencyWait, until: datetime) -> None:
+    """A poll or reconciliation of this claimed wait failed: count it and look again at `until` (the
+    caller keeps it within the deadline). Only if the wait is still where its claim put it: a push that
+    came meanwhile keeps its earlier time."""
+    DependencyWait.update(failed_polls=DependencyWait.failed_polls + 1, next_poll_at=until).where(
+        DependencyWait.id == wait.id, DependencyWait.resolved_at.is_null(),
+        DependencyWait.next_poll_at == wait.claimed_next_poll_at).execute()
+
+
+def polled_fine(wait_id: str) -> None:
+    """The wait's poll was answered: its backoff starts again from the agent's interval."""
+    DependencyWait.update(failed_polls=0).where(DependencyWait.id == wait_id,
+                                                 DependencyWait.failed_polls > 0).execute()
+
+
+@transactional
+def poll_backed_off_now(remote_agent: str) -> int:
+    """The agent answers again: every open wait on it that backs off is due now, its count reset.
+    Returns how many were brought forward."""
+    moved = DependencyWait.update(next_poll_at=utcnow(), failed_polls=0).where(
+        DependencyWait.remote_agent == remote_agent, DependencyWait.resolved_at.is_null(),
+        DependencyWait.failed_polls > 0).execute()
+    if moved:
+        notify.notify()
+    return moved
 
 
 def push_token_digest(token: str) -> str:
