@@ -76,7 +76,7 @@ def test_a_thread_logs_an_outage_once_and_its_end_once(tmp_path, caplog):
         reconnect.after_success()
     store_db.database.close()
     assert pauses[0] == 0.0  # a connection found dead is replaced at once
-    assert all(0 < pause <= store_db.RECONNECT_BACKOFF.longest for pause in pauses[1:])
+    assert all(0 < pause <= store_db.RECONNECT_BACKOFF.cap for pause in pauses[1:])
     messages = [record.getMessage() for record in caplog.records]
     assert sum(UNAVAILABLE in m for m in messages) == 1, messages
     assert sum(AVAILABLE_AGAIN in m for m in messages) == 1, messages

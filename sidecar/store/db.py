@@ -302,7 +302,7 @@ class DatabaseOutage:
             self._since = time.monotonic()
         log.warning("the database is unavailable (%s: %s), noticed by %s; waiting for it, trying again every "
                     "%.2g to %.2g s", type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc) else "",
-                    noticed_by, RECONNECT_BACKOFF.first / 2, RECONNECT_BACKOFF.longest)
+                    noticed_by, RECONNECT_BACKOFF.initial / 2, RECONNECT_BACKOFF.cap)
 
     def ended(self) -> None:
         if self._since is None:
