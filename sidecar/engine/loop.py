@@ -20,7 +20,7 @@ from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
 from ..domain.vocabulary import SegmentOutcome, TerminationReason, ToolEffect
 from ..segment import Segment
-from ..store import pauses
+from ..store import pauses, runs
 from ..store import turns as saved
 from . import pausing
 from .providers import ModelProvider, ProviderError, TurnRequest
@@ -100,6 +100,9 @@ class _RunSegment:
         except Interrupted as interrupted:
             return self._stop(interrupted.stop)
         except Suspended as suspended:
+            # A cancel that came while the suspension was being committed is not lost with the lease.
+            if runs.cancel_requested_meanwhile(self.segment.run_id):
+                return SegmentOutcome.CANCELLED
             return suspended.outcome
         except ProviderError as exc:
             return self._provider_failed(exc)
