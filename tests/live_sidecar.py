@@ -29,9 +29,12 @@ class LiveSidecar:
 
 
 @contextmanager
-def live_sidecar(directory: Path):
-    # Without the tests' PYTHONPATH: the sidecar `make run` serves, without the test plugins.
+def live_sidecar(directory: Path, python_path: tuple[Path, ...] = ()):
+    # Without the tests' PYTHONPATH (the sidecar `make run` serves, without the test plugins); `python_path`
+    # adds plugins as installed ones (tests/plugin_site.py).
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in python_path)
     env.update(NRLLM_DATABASE_URL=f"sqlite:///{directory / 'sidecar.db'}", PATH=f"{BIN}{os.pathsep}{env['PATH']}")
     log = directory / "serve.log"
     with open(log, "w") as stderr:

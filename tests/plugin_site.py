@@ -16,7 +16,8 @@ import tomllib
 from pathlib import Path
 
 
-def _write_metadata(site: Path, package_dir: Path) -> None:
+def write_metadata(site: Path, package_dir: Path) -> None:
+    """The metadata pip would install for the package: its name, version and entry points."""
     project = tomllib.loads((package_dir / "pyproject.toml").read_text())["project"]
     dist = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
     dist.mkdir()
@@ -34,7 +35,7 @@ def make_importable(*package_dirs: Path) -> Path:
     atexit.register(shutil.rmtree, site, ignore_errors=True)
     paths = [str(site)]
     for package_dir in package_dirs:
-        _write_metadata(site, package_dir)
+        write_metadata(site, package_dir)
         paths.append(str(package_dir))
     sys.path[:0] = paths
     os.environ["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])
