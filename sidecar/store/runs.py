@@ -193,9 +193,10 @@ def _cancel(run_id: str, by: str) -> str:
 
 
 def cancel_requested_meanwhile(run_id: str) -> bool:
-    """After a segment suspended: a cancel requested after its last step boundary and before its suspension
-    committed found the run running and only marked it. The run now waits, so the cancel is finished here,
-    in the name of whoever asked (True when it was)."""
+    """After a segment suspended on a remote agent: a cancel requested after its last step boundary and before
+    its suspension committed found the run running and only marked it. The run now waits, so the cancel is
+    finished here, in the name of whoever asked (True when it was). (A person's pause checks for the mark in
+    its own transaction instead: pauses.pause.)"""
     row = Run.select(Run.status, Run.cancel_requested_at).where(Run.id == run_id).first()
     if row is None or row.cancel_requested_at is None or not RunStatus(row.status).is_waiting:
         return False
