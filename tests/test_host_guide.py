@@ -65,6 +65,7 @@ def test_the_php_examples_run_against_a_live_sidecar(sidecar, script, expected):
     done = _php(script, sidecar, token)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert expected in done.stdout
+    assert not re.search(r"\b(Warning|Notice|Deprecated):", done.stdout + done.stderr), "PHP complained"
 
 
 def test_the_walkthrough_exits_non_zero_with_the_answer_and_an_approver_needs_a_grant(sidecar):
@@ -84,7 +85,8 @@ def test_the_walkthrough_exits_non_zero_with_the_answer_and_an_approver_needs_a_
 
 
 def _php(script: str, sidecar, token: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(["php", str(PHP_EXAMPLES / script)], capture_output=True, text=True, timeout=180,
+    return subprocess.run(["php", "-d", "error_reporting=E_ALL", "-d", "display_errors=stderr",
+                           str(PHP_EXAMPLES / script)], capture_output=True, text=True, timeout=180,
                           env={**sidecar.env, "NRLLM_URL": sidecar.url, "NRLLM_TOKEN": token, "NRLLM_ACTOR": OWNER,
                                **env})
 
