@@ -1,6 +1,6 @@
-"""A plugin as its author ships it: tests/example_plugin, a separate package installed in the test
-environment, loaded through its entry point. Its tool, provider, route, status listener and consumer at
-work, in this process and in a worker process."""
+"""A plugin as its author ships it: tests/example_plugin, a separate package made importable to the tests
+as an installed one (tests/plugin_site.py), loaded through its entry point. Its tool, provider, route,
+status listener and consumer at work, in this process and in a worker process."""
 
 import os
 import subprocess
