@@ -11,20 +11,21 @@ $(BIN)/nrllm-sidecar: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-# tests/example_plugin is a separate package: the tests load it through its entry point, as a third-party
-# plugin. Only the tests install it, so `make run` serves the sidecar without it.
-EXAMPLE_PLUGIN := $(VENV)/.example-plugin-installed
-$(EXAMPLE_PLUGIN): $(BIN)/nrllm-sidecar tests/example_plugin/pyproject.toml
-	$(BIN)/pip install --quiet -e tests/example_plugin
+# tests/example_plugin is a separate package that the tests load through its entry point, as a third-party
+# plugin, without installing it (tests/plugin_site.py): `make run` serves the sidecar without it. Older
+# checkouts installed it into .venv; take it out again if it is there.
+EXAMPLE_PLUGIN_REMOVED := $(VENV)/.example-plugin-removed
+$(EXAMPLE_PLUGIN_REMOVED): $(BIN)/nrllm-sidecar
+	$(BIN)/pip uninstall --quiet --yes nrllm-example-plugin 2>/dev/null || true
 	touch $@
 
 .PHONY: install run test lint bench
-install: $(BIN)/nrllm-sidecar
+install: $(BIN)/nrllm-sidecar $(EXAMPLE_PLUGIN_REMOVED)
 
 run: install
 	$(BIN)/nrllm-sidecar serve --demo
 
-test: install $(EXAMPLE_PLUGIN)
+test: install
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 -q $(PYTEST_ARGS)
 

@@ -41,9 +41,11 @@ class Declaration:
     ranges: tuple[StatusRange, ...]
     origins: frozenset[str] = frozenset()  # empty: the consumer reads every run
     declared_by: str = ""
+    upgrade_note: str | None = None  # where the consumer's own upgrade note is; the gate's reason cites it
 
     @classmethod
-    def build(cls, name: str, understands: dict[str, list[str]], origins=(), declared_by: str = "") -> "Declaration":
+    def build(cls, name: str, understands: dict[str, list[str]], origins=(), declared_by: str = "",
+              upgrade_note: str | None = None) -> "Declaration":
         """`understands` maps a PEP 440 specifier (">=0.16.0", "<0.16.0") to the statuses read there."""
         ranges = []
         for spec, statuses in understands.items():
@@ -55,7 +57,9 @@ class Declaration:
             if unknown:
                 raise ValueError(f"consumer {name}: unknown statuses {sorted(unknown)}")
             ranges.append(StatusRange(versions, frozenset(statuses)))
-        return cls(name, tuple(ranges), frozenset(origins), declared_by)
+        if upgrade_note is not None and (not isinstance(upgrade_note, str) or not upgrade_note.strip()):
+            raise ValueError(f"consumer {name}: upgrade_note must be a non-empty string")
+        return cls(name, tuple(ranges), frozenset(origins), declared_by, upgrade_note)
 
     def statuses_for(self, version: str) -> frozenset[str]:
         parsed = parse_version(version)
@@ -101,6 +105,7 @@ class Blocker:
     understands_from: str | None
     origins: frozenset[str]
     version_known: bool
+    upgrade_note: str | None = None
 
     def as_dict(self) -> dict:
         return {"consumer": self.consumer, "version": self.version, "understands_from": self.understands_from}
@@ -146,7 +151,7 @@ class Gate:
     def blockers(self, status: str) -> list[Blocker]:
         return [
             Blocker(c.name, c.version, c.declaration.understands_from(status) if c.declaration else None,
-                    c.origins, c.version_known)
+                    c.origins, c.version_known, c.declaration.upgrade_note if c.declaration else None)
             for c in self.consumers
             if status not in c.understands
         ]
@@ -209,4 +214,5 @@ def _explain(blocker: Blocker, status: str) -> str:
     text = f"{blocker.consumer} {blocker.version} is loaded and does not handle {status}"
     if blocker.understands_from:
         text += f"; it does from {blocker.understands_from}"
-    return f"{text} (see {UPGRADING_DOC})"
+    # The consumer's own note says how to upgrade it; the sidecar's page covers the consumers it knows.
+    return f"{text} (see {blocker.upgrade_note or UPGRADING_DOC})"

@@ -15,7 +15,8 @@ def declarations() -> dict[str, Declaration]:
         for entry in entries or []:
             try:
                 found[entry["name"]] = Declaration.build(
-                    entry["name"], entry["understands"], entry.get("origins", ()), declared_by=plugin_name
+                    entry["name"], entry["understands"], entry.get("origins", ()), declared_by=plugin_name,
+                    upgrade_note=entry.get("upgrade_note"),
                 )
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
                 # Checked at start-up (bootstrap), so a bad declaration never surfaces later as a 500.

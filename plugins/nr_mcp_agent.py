@@ -10,6 +10,9 @@ from sidecar.domain.vocabulary import BASE_STATUSES, RunStatus
 from sidecar.hookspecs import hookimpl
 
 HANDLES_DEPENDENCY_FROM = "0.16.0"
+# Cited by the gate's reason while an older version is reported: the page that names the version and the
+# order of the upgrade.
+UPGRADE_NOTE = "docs/upgrading.md"
 
 BEFORE = sorted(s.value for s in BASE_STATUSES)
 FROM_0_16 = BEFORE + [RunStatus.WAITING_FOR_DEPENDENCY.value]
@@ -24,5 +27,6 @@ def nrllm_consumers():
                 f"<{HANDLES_DEPENDENCY_FROM}": BEFORE,
                 f">={HANDLES_DEPENDENCY_FROM}": FROM_0_16,
             },
+            "upgrade_note": UPGRADE_NOTE,
         }
     ]

@@ -61,7 +61,8 @@ def _exit_stopped() -> None:
     os._exit(0)
 
 
-@click.group()
+# -h everywhere: the context settings of the top group are inherited by every command under it.
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nrllm-sidecar")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def main(verbose: bool) -> None:
@@ -195,15 +196,32 @@ main.add_command(keys_group)
 main.add_command(outbound_group)
 main.add_command(grants_group)
 
+def _plugin_source(row: dict) -> str:
+    """Where a plugin comes from, worded so that no version is taken for another program's: the core and the
+    bundled plugins carry the sidecar's version, a third-party plugin its own distribution's."""
+    from . import __version__
+
+    if row["default"]:
+        return f"core (sidecar {__version__})"
+    if row["distribution"] is None:
+        return "plugin (no installed distribution)"
+    if row["distribution"] == "nrllm-sidecar":
+        return f"bundled with sidecar {row['version']}"
+    return f"plugin package {row['distribution']} {row['version']}"
+
+
 @main.command()
 def plugins() -> None:
-    """List the loaded plugins and the hooks each implements."""
+    """List the loaded plugins: name, where each comes from, its hooks, the consumers it declares."""
     from .plugins import describe
 
     _bind()
     for row in describe():
-        kind = "core" if row["default"] else f"version {row['version']}" if row["version"] else "plugin"
-        click.echo(f"{row['name']}\t{kind}\t{', '.join(row['hooks'])}")
+        columns = [row["name"], _plugin_source(row), ", ".join(row["hooks"])]
+        if row["consumers"]:
+            columns.append(f"declares consumers {', '.join(row['consumers'])} (versions: the host's report, "
+                           "see `nrllm-sidecar compat`)")
+        click.echo("\t".join(columns))
 
 
 @main.command()

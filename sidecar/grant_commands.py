@@ -20,11 +20,12 @@ def _print(by_workspace: dict[str, list[str]]) -> None:
 
 @grants_group.command("show")
 @click.argument("actor")
-@click.option("--workspace", help="Only this workspace (default: every workspace).")
-def grants_show(actor: str, workspace: str | None) -> None:
-    """The actor's grants: workspace, grant (tab-separated)."""
+@click.option("--workspace", default="0", show_default=True, help="The workspace, as GET .../grants.")
+@click.option("--all-workspaces", is_flag=True, help="Every workspace the actor holds grants in.")
+def grants_show(actor: str, workspace: str, all_workspaces: bool) -> None:
+    """The actor's grants in one workspace (default 0, as the API), or in all: workspace, grant (tab-separated)."""
     _bind()
-    _print({workspace: grants.of(actor, workspace)} if workspace is not None else grants.by_workspace(actor))
+    _print(grants.by_workspace(actor) if all_workspaces else {workspace: grants.of(actor, workspace)})
 
 
 @grants_group.command("set")

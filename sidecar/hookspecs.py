@@ -13,7 +13,8 @@ hookimpl = HookimplMarker("nrllm_sidecar")
 def nrllm_consumers():
     """Declare consumers of run statuses, as a list of dicts: {"name": str, "understands": {version
     specifier: [status, ...]}, "origins": [origin, ...] (optional: the consumer reads only runs with these
-    origins)}. A status is written only when every loaded consumer understands it."""
+    origins), "upgrade_note": str (optional: where the consumer's upgrade note is; the gate's reason cites
+    it)}. A status is written only when every loaded consumer understands it."""
 
 
 @hookspec

@@ -83,17 +83,28 @@ def plugin_manager() -> pluggy.PluginManager:
 
 
 def describe() -> list[dict]:
-    """What is loaded and which hooks each plugin implements (for `nrllm-sidecar plugins`)."""
+    """What is loaded, where it comes from and which hooks each plugin implements (`nrllm-sidecar plugins`).
+
+    `distribution` and `version` are the installed package a plugin comes from (the sidecar's own for the
+    core and the bundled plugins); `consumers` are the consumers of run statuses it declares, whose
+    versions are the host's report, not this one.
+    """
     pm = plugin_manager()
     # pluggy records distributions only for its own entry-point loader, not for _load_entry_points.
-    versions = {ep.name: ep.dist.version for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist}
+    dists = {ep.name: ep.dist for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist}
+    declared: dict[str, list[str]] = {}
+    for plugin_name, entries in results_by_plugin(pm.hook.nrllm_consumers):
+        declared.setdefault(plugin_name, []).extend(entry["name"] for entry in entries or [])
     rows = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         hooks = sorted(impl.name for impl in pm.get_hookcallers(plugin) or [])
+        dist = dists.get(name)
         rows.append({
             "name": name,
             "hooks": hooks,
-            "version": versions.get(name),
+            "version": dist.version if dist else None,
+            "distribution": dist.metadata["Name"] if dist else None,
             "default": name in DEFAULT_PLUGINS,
+            "consumers": sorted(declared.get(name, [])),
         })
     return rows

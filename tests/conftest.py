@@ -15,7 +15,13 @@ from sidecar.store import db as store_db
 from sidecar.store import migrations
 from sidecar.store.models import BaseModel, SchemaMigration
 from tests.api_helpers import TEST_SECRET_KEY
+from tests.helpers import ROOT
+from tests.plugin_site import make_importable
 from tests.private_servers import private_mariadb, private_postgres  # noqa: F401 - fixtures for the tests
+
+# The example plugin is loaded through its entry point, as a third-party plugin, but never installed into
+# .venv, so `make run` serves the sidecar without it (tests/plugin_site.py).
+make_importable(ROOT / "tests" / "example_plugin")
 
 PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_ADMIN = os.environ.get("NRLLM_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")

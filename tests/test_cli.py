@@ -119,3 +119,23 @@ def test_commands_refuse_a_database_migrated_by_a_newer_sidecar(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "newer than this sidecar knows" in err and "Traceback" not in err
+
+
+def _command_paths(group, prefix=()):
+    yield prefix
+    for name, command in getattr(group, "commands", {}).items():
+        yield from _command_paths(command, (*prefix, name))
+
+
+def test_dash_h_is_help_on_every_command():
+    from click.testing import CliRunner
+
+    from sidecar.cli import main
+
+    paths = list(_command_paths(main))
+    assert ("grants", "show") in paths and ("runs", "list") in paths  # the walk reaches nested commands
+    for path in paths:
+        result = CliRunner().invoke(main, [*path, "-h"])
+        assert result.exit_code == 0, (path, result.output)
+        long_form = CliRunner().invoke(main, [*path, "--help"]).output
+        assert result.output.startswith("Usage:") and result.output == long_form

@@ -448,7 +448,9 @@ def test_the_grants_command_sets_and_shows_grants(database_url, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == "4\tagent:approve\n"
     cli("set", GRANTEE, "agent:input")
-    assert cli("show", GRANTEE).stdout == "0\tagent:input\n4\tagent:approve\n"
+    # One default with the API: workspace 0 (GET .../grants without `workspace`); every one on request.
+    assert cli("show", GRANTEE).stdout == "0\tagent:input\n"
+    assert cli("show", GRANTEE, "--all-workspaces").stdout == "0\tagent:input\n4\tagent:approve\n"
     assert cli("show", GRANTEE, "--workspace", "4").stdout == "4\tagent:approve\n"
     assert cli("set", GRANTEE, "agent:delete").returncode == 2
     assert cli("set", GRANTEE, "--workspace", "4").stdout == ""

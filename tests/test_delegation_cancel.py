@@ -167,3 +167,26 @@ def test_a_gate_closed_while_the_send_was_answered_gives_the_call_up_and_cancels
     assert sent.outcome == "accepted"
     wait_until(lambda: peer.calls["CancelTask"] == 1, timeout=30, what="the remote task to be cancelled")
     assert peer.calls["SendMessage"] == 1 and peer.task_count == 1
+
+
+def test_a_cancel_that_comes_while_the_wait_is_committed_ends_the_run_and_its_task(settings, peers, start_worker,
+                                                                                 monkeypatch):
+    # The cancel finds the run running (the send is journalled and answered), so it only marks it; then
+    # the segment commits the wait. The cancel must not be lost: the run ends cancelled, with one CancelTask.
+    peer = peers.start(card="1.0")
+    register("research", peer.url, poll=60)
+    run_id = delegating_run("research", "work:30:never needed")
+    original = waits.suspend
+
+    def cancel_first(claim, *args, **kwargs):
+        assert runs.request_cancel(claim.run_id, by="be_user:1") == "requested"
+        return original(claim, *args, **kwargs)
+
+    monkeypatch.setattr(waits, "suspend", cancel_first)
+    start_worker(concurrency=1)
+    wait_until(lambda: run_row(run_id).status == "cancelled", what="the run to be cancelled")
+    assert events_of(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "cancelled",
+                                              "by": "be_user:1"}
+    wait_until(lambda: cancel_row().outcome == "accepted", what="the CancelTask to be answered")
+    time.sleep(1)
+    assert peer.calls["CancelTask"] == 1

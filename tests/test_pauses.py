@@ -236,3 +236,28 @@ def test_input_for_a_stored_pause_whose_schema_the_policy_refuses_is_422_and_not
     assert (refused.value.status, refused.value.code) == (422, "invalid_input")
     assert "The pause's schema is refused: $ref" in refused.value.errors["input"][0]
     assert Decision.select().count() == 0 and run_row(run_id).status == "waiting_for_input"
+
+
+@pytest.mark.parametrize("script, pause, waiting", [(APPROVAL_SCRIPT, "pause_for_approval", "waiting_for_approval"),
+                                                    (INPUT_SCRIPT, "pause_for_input", "waiting_for_input")])
+def test_a_cancel_that_comes_while_the_pause_is_committed_ends_the_run(database_url, monkeypatch, script, pause,
+                                                                       waiting):
+    # The cancel finds the run running (after the segment's last boundary), so it only marks it; then the
+    # segment writes its pause. The cancel must not be lost, and the run must never show the wait.
+    from sidecar.engine import pausing
+
+    run_id = runs.create_run(ACTOR, "x", spec={"script": script, "provider": "scripted"}, wake=False)
+    original = getattr(pausing, pause)
+
+    def cancel_first(*args, **kwargs):
+        assert runs.request_cancel(run_id, by="be_user:1") == "requested"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pausing, pause, cancel_first)
+    assert drive(run_id) is SegmentOutcome.CANCELLED
+    row = run_row(run_id)
+    assert (row.status, row.termination_reason, row.lease_holder) == ("cancelled", "cancelled", None)
+    # The pause was never written: the run went from running to cancelled, never showing a wait.
+    assert [(p["from"], p["to"]) for p in payloads(run_id, "status")][-1] == ("running", "cancelled")
+    assert waiting not in [p["to"] for p in payloads(run_id, "status")]
+    assert "pause" not in kinds(run_id) and PersonPause.select().where(PersonPause.run == run_id).count() == 0

@@ -87,7 +87,7 @@ def test_a_working_plugin_beside_them_is_listed(sqlite_url, tmp_path):
     """)
     done = _plugins_command(sqlite_url, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "fine_plugin\tversion 0.1\tnrllm_tools" in done.stdout.splitlines()
+    assert "fine_plugin\tplugin package fine_plugin 0.1\tnrllm_tools" in done.stdout.splitlines()
 
 
 class OffersTool:

@@ -1,6 +1,6 @@
-"""A plugin as its author ships it: tests/example_plugin, a separate package installed in the test
-environment, loaded through its entry point. Its tool, provider, route, status listener and consumer at
-work, in this process and in a worker process."""
+"""A plugin as its author ships it: tests/example_plugin, a separate package made importable to the tests
+as an installed one (tests/plugin_site.py), loaded through its entry point. Its tool, provider, route,
+status listener and consumer at work, in this process and in a worker process."""
 
 import os
 import subprocess
@@ -32,7 +32,8 @@ EXAMPLE_HOOKS = ["nrllm_consumers", "nrllm_model_providers", "nrllm_permission_c
 def test_the_example_plugin_is_loaded_through_its_entry_point():
     assert plugin_manager().get_plugin("example") is example
     (row,) = [r for r in describe() if r["name"] == "example"]
-    assert row == {"name": "example", "hooks": EXAMPLE_HOOKS, "version": "0.1.0", "default": False}
+    assert row == {"name": "example", "hooks": EXAMPLE_HOOKS, "version": "0.1.0", "default": False,
+                   "distribution": "nrllm-example-plugin", "consumers": ["example_dashboard"]}
 
 
 def test_the_plugins_command_lists_it_with_its_version_and_hooks(sqlite_url):
@@ -40,8 +41,27 @@ def test_the_plugins_command_lists_it_with_its_version_and_hooks(sqlite_url):
                           text=True, env={**os.environ, "NRLLM_DATABASE_URL": sqlite_url}, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert f"example\tversion 0.1.0\t{', '.join(EXAMPLE_HOOKS)}" in lines
-    assert "sidecar.permissions\tcore\tnrllm_permission_check" in lines
+    consumers = "declares consumers example_dashboard (versions: the host's report, see `nrllm-sidecar compat`)"
+    assert f"example\tplugin package nrllm-example-plugin 0.1.0\t{', '.join(EXAMPLE_HOOKS)}\t{consumers}" in lines
+    assert "sidecar.permissions\tcore (sidecar 0.1.0)\tnrllm_permission_check" in lines
+    # The bundled adapter carries the sidecar's version, never one that reads like nr_mcp_agent's own.
+    (adapter,) = [line for line in lines if line.startswith("nr_mcp_agent\t")]
+    assert adapter.split("\t")[1] == "bundled with sidecar 0.1.0"
+    assert "declares consumers nr_mcp_agent" in adapter
+
+
+def test_the_sidecar_that_make_run_serves_does_not_load_the_test_plugins(sqlite_url, tmp_path):
+    # `make run` runs .venv's nrllm-sidecar without the tests' PYTHONPATH: after `make test` it must not load
+    # the example plugin (its routes and its permission rule would be served).
+    console_script = os.path.join(os.path.dirname(sys.executable), "nrllm-sidecar")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["NRLLM_DATABASE_URL"] = sqlite_url
+    done = subprocess.run([console_script, "plugins"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    names = [line.split("\t")[0] for line in done.stdout.splitlines()]
+    assert "nr_mcp_agent" in names and "sidecar.permissions" in names  # the listing works
+    assert "example" not in names, "the example plugin is installed in .venv: `make install` takes it out"
 
 
 @pytest.fixture
@@ -157,6 +177,7 @@ def test_its_consumer_gates_only_the_runs_it_reads(database_url):
     assert compat_service.delegation_refusal(None) is None
     reason = compat_service.delegation_refusal(example.DASHBOARD_ORIGIN)
     assert "example_dashboard 1.4" in reason and "from 2.0" in reason
+    assert reason.endswith(f"(see {example.DASHBOARD_UPGRADE_NOTE})")  # the consumer's own note, not the sidecar's
     assert compat_service.report()["delegation"]["blocked_origins"] == [example.DASHBOARD_ORIGIN]
     consumer_store.replace_report([{"name": "example_dashboard", "version": "2.0"}])
     assert compat_service.delegation_refusal(example.DASHBOARD_ORIGIN) is None

@@ -14,6 +14,15 @@ class LeaseLost(SidecarError):
         self.epoch = epoch
 
 
+class CancelRequested(SidecarError):
+    """A cancel marked the run while its segment was pausing for a person: the pause is not written, and the
+    segment ends the run cancelled instead."""
+
+    def __init__(self, run_id: str):
+        super().__init__(f"run {run_id}: cancel requested")
+        self.run_id = run_id
+
+
 class NotFound(SidecarError):
     pass
 

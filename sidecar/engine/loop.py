@@ -17,10 +17,10 @@ from ..config import Settings
 from ..decisions.continuation import continue_from_decision
 from ..domain.budget import Budget, Stop
 from ..domain.clock import utcnow
-from ..domain.errors import LeaseLost
+from ..domain.errors import CancelRequested, LeaseLost
 from ..domain.vocabulary import SegmentOutcome, TerminationReason, ToolEffect
 from ..segment import Segment
-from ..store import pauses
+from ..store import pauses, runs
 from ..store import turns as saved
 from . import pausing
 from .providers import ModelProvider, ProviderError, TurnRequest
@@ -99,7 +99,13 @@ class _RunSegment:
             return self._drive(provider)
         except Interrupted as interrupted:
             return self._stop(interrupted.stop)
+        except CancelRequested:
+            return self._stop(CANCEL_REQUESTED)  # came while pausing for a person: the pause was not written
         except Suspended as suspended:
+            # A cancel that came while a remote agent's wait was committed (the send is journalled and
+            # recorded, so that transaction stands): the now waiting run is cancelled, with its CancelTask.
+            if runs.cancel_requested_meanwhile(self.segment.run_id):
+                return SegmentOutcome.CANCELLED
             return suspended.outcome
         except ProviderError as exc:
             return self._provider_failed(exc)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..domain.clock import utcnow
 from ..domain.decisions import PauseKind
-from ..domain.errors import LeaseLost
+from ..domain.errors import CancelRequested, LeaseLost
 from ..domain.lease import LeasePolicy
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import events, leases, turns
@@ -49,6 +49,10 @@ def pause(claim: Claim, request: PauseRequest) -> tuple[str, int]:
     """Store the pause and suspend the run on it; returns (pause id, generation). Raises LeaseLost."""
     pause_id = str(uuid.uuid4())
     leases.fenced_update(claim, pause_generation=Run.pause_generation + 1, waiting_on=pause_id)
+    # Read after the fenced update holds the run's row: a cancel committed before it is seen here, and one
+    # still to come finds the run waiting and cancels it at once. Either way no pause outlives a cancel.
+    if Run.select(Run.cancel_requested_at).where(Run.id == claim.run_id).scalar() is not None:
+        raise CancelRequested(claim.run_id)  # undoes this transaction; the segment ends the run cancelled
     generation = Run.select(Run.pause_generation).where(Run.id == claim.run_id).scalar()
     PersonPause.insert(
         id=pause_id, run=claim.run_id, generation=generation, kind=request.kind.value,

@@ -13,7 +13,7 @@ from ..domain.errors import InvalidState, NotFound
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import events, grants, pauses, resolutions, statements
 from .db import transactional
-from .models import Decision, Run
+from .models import Decision, Run, RunEvent
 
 PERSON_WAITING = (RunStatus.WAITING_FOR_INPUT.value, RunStatus.WAITING_FOR_APPROVAL.value)
 BUDGET_LIMITS = ("max_delegations", "max_bytes", "max_tokens", "max_cost", "max_iterations")
@@ -190,6 +190,22 @@ def _cancel(run_id: str, by: str) -> str:
         updated_at=now,
     ).where(Run.id == run_id, *guard).execute()
     return "cancelled"
+
+
+def cancel_requested_meanwhile(run_id: str) -> bool:
+    """After a segment suspended on a remote agent: a cancel requested after its last step boundary and before
+    its suspension committed found the run running and only marked it. The run now waits, so the cancel is
+    finished here, in the name of whoever asked (True when it was). (A person's pause checks for the mark in
+    its own transaction instead: pauses.pause.)"""
+    row = Run.select(Run.status, Run.cancel_requested_at).where(Run.id == run_id).first()
+    if row is None or row.cancel_requested_at is None or not RunStatus(row.status).is_waiting:
+        return False
+    asked = (RunEvent.select(RunEvent.payload).where(RunEvent.run == run_id, RunEvent.kind == "cancel_requested")
+             .order_by(RunEvent.sequence.desc()).scalar())
+    try:
+        return request_cancel(run_id, json.loads(asked or "{}").get("by", "unknown")) == "cancelled"
+    except InvalidState:
+        return False  # decided, continued and finished meanwhile: nothing is left to cancel
 
 
 def count_by_status() -> dict[str, int]:

@@ -109,6 +109,7 @@ def nrllm_run_status_changed(run_id, old_status, new_status):
 # -- a consumer of run statuses --------------------------------------------------------------------
 
 DASHBOARD_ORIGIN = "example:dashboard"
+DASHBOARD_UPGRADE_NOTE = "https://example.org/dashboard/upgrading#2.0"
 BASE = sorted(status.value for status in BASE_STATUSES)
 
 
@@ -121,6 +122,7 @@ def nrllm_consumers():
         "name": "example_dashboard",
         "understands": {"<2.0": BASE, ">=2.0": BASE + ["waiting_for_dependency"]},
         "origins": [DASHBOARD_ORIGIN],
+        "upgrade_note": DASHBOARD_UPGRADE_NOTE,  # the gate's reason cites it while 1.x is reported
     }]
 
 

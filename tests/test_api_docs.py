@@ -1,0 +1,43 @@
+"""docs/http-api.md keeps up with the code: every path of the OpenAPI document, every error code the API
+answers with and every event kind the code writes has its place on the page."""
+
+import re
+
+from sidecar.api.errors import _DEFAULT_CODES
+from tests.helpers import ROOT
+
+pytest_plugins = ["tests.api_support"]
+
+PAGE = (ROOT / "docs" / "http-api.md").read_text()
+SOURCES = [p.read_text() for p in (ROOT / "sidecar").rglob("*.py") if p.name != "testing.py"]
+
+
+def _normalise(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def test_every_path_and_method_of_the_openapi_document_is_described(client, operator_token):
+    spec = client.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {operator_token}"}).json
+    described = _normalise(PAGE)
+    missing = [f"{method.upper()} {path}" for path, operations in spec["paths"].items() for method in operations
+               if method != "parameters" and not path.startswith("/api/v1/example")  # the test plugin's route
+               and f"{method.upper()} {_normalise(path)}" not in described]
+    assert not missing, f"docs/http-api.md does not describe {missing}"
+
+
+def test_every_error_code_is_in_the_table():
+    raised = {code for source in SOURCES
+              for code in re.findall(r"(?:ApiError|Refused)\(\d{3}, \"(\w+)\"", source)}
+    codes = raised | set(_DEFAULT_CODES.values()) | {"internal_error"}
+    assert {"not_permitted", "pause_not_pending", "digest_mismatch", "not_found"} <= codes
+    table = set(re.findall(r"^\| \d{3} \| `(\w+)` \|", PAGE, re.MULTILINE))
+    assert codes <= table, f"codes missing from the error table: {sorted(codes - table)}"
+
+
+def test_every_event_kind_written_is_described():
+    written = {kind for source in SOURCES
+               for kind in re.findall(r"events\.(?:append|record)\([^,]+,[^,]+, \"(\w+)\"|\.event\(\"(\w+)\"", source)
+               for kind in kind if kind}
+    assert {"status", "pause", "decision", "outbound", "budget", "error", "note"} <= written
+    described = set(re.findall(r"^\| `(\w+)` \| ", PAGE.split("## Events", 1)[1], re.MULTILINE))
+    assert written <= described, f"event kinds missing from docs/http-api.md: {sorted(written - described)}"
