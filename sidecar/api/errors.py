@@ -1,5 +1,7 @@
 """One error shape for every answer that is not a success: {"code", "message", "errors"?} (http-api.md)."""
 
+from http import HTTPStatus
+
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -49,6 +51,13 @@ def _flatten(messages) -> dict[str, list[str]]:
         # The location (json, query, headers) is not part of a field's name.
         walk("", fields) if location in ("json", "query", "headers", "form", "view_args") else walk(location, fields)
     return flat
+
+
+def error_responses(*statuses: int) -> dict:
+    """An operation's `responses` for these error statuses, each the shared error body. The names are the
+    components flask-smorest registers (HTTPStatus names): a name typed by hand can miss one, and an
+    OpenAPI document with a reference to nothing does not validate."""
+    return {status: HTTPStatus(status).name for status in statuses}
 
 
 def error_body(status: int, code: str, message: str, errors: dict | None = None) -> dict:
