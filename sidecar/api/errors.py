@@ -2,6 +2,7 @@
 
 from http import HTTPStatus
 
+from apispec import BasePlugin
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -67,9 +68,35 @@ def error_body(status: int, code: str, message: str, errors: dict | None = None)
     return body
 
 
+class SharedErrorResponses(BasePlugin):
+    """Declares, once for every operation, the error answers that app-wide checks give before any view runs:
+    422 for the NUL character in a path or query value (parsing.refuse_nul_in_url) or an over-long or NUL
+    actor or workspace header, and, unless the operation is public (`security: []`), 401 without a valid
+    token and 413 for a body over the limit (auth.authenticate); 400 wherever a body is read that is not a
+    JSON object (parsing.StrictJsonParser). What a view adds it declares itself (and @roles declares its 400
+    and 403)."""
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        for operation in (operations or {}).values():
+            statuses = [422] if operation.get("security") == [] else [401, 413, 422]
+            if "requestBody" in operation:
+                statuses.append(400)
+            responses = operation.setdefault("responses", {})
+            declared = {str(status) for status in responses}
+            for status, name in error_responses(*statuses).items():
+                if str(status) not in declared:
+                    responses[status] = name
+
+
 class SidecarApi(Api):
     # What the OpenAPI document shows for every error answer.
     ERROR_SCHEMA = ErrorSchema
+    # No catch-all `default` answer: every status an operation can answer is declared (above, by @roles, and
+    # by each view), so a client or a fuzzer can hold the sidecar to the list.
+    DEFAULT_ERROR_RESPONSE_NAME = None
+
+    def __init__(self, app=None, **kwargs):
+        super().__init__(app, spec_kwargs={"extra_plugins": [SharedErrorResponses()]}, **kwargs)
 
     def handle_http_exception(self, error):
         if isinstance(error, ApiError):
