@@ -269,6 +269,6 @@ def test_a_database_from_before_migration_6_gains_the_early_push_column(database
     migrate(SchemaMigrator.from_database(database.obj).drop_column("outbound", "push_received_at"))
     SchemaMigration.delete().where(SchemaMigration.version >= 6).execute()
     assert "push_received_at" not in {c.name for c in database.get_columns("outbound")}
-    assert migrations.upgrade() == [6]
+    assert 6 in migrations.upgrade()
     assert "push_received_at" in {c.name for c in database.get_columns("outbound")}
     assert migrations.upgrade() == []

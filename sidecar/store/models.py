@@ -239,6 +239,9 @@ class Outbound(BaseModel):
     # A push for this send that came before the run's suspension was committed (peers push as soon as the
     # task starts): the suspension then makes its wait due at once instead of losing the push.
     push_received_at = DateTimeField(null=True)
+    # The SHA-256 of the push token the send carries (its body keeps the token masked): a push that comes
+    # before the suspension is matched to the send by it.
+    push_token_sha256 = CharField(max_length=64, null=True)
 
     class Meta:
         table_name = "outbound"

@@ -8,7 +8,6 @@ Suspension, polling claims and resolution are each one guarded transaction:
 - resolve, fail, cancel: in store/resolutions.py.
 """
 
-import hashlib
 import hmac
 import uuid
 from dataclasses import dataclass
@@ -184,7 +183,7 @@ def park(wait: DependencyWait, until: datetime) -> None:
 
 
 def push_token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return push_tokens.digest(token)
 
 
 def by_push_token(token: str) -> DependencyWait | None:
