@@ -50,6 +50,8 @@ def callers(fuzz_app):
 
 @pytest.fixture
 def api_schema(fuzz_app, callers):
+    # Generated strings encode as UTF-8 (schemathesis's default codec): no unpaired surrogates, which the
+    # body's text checks refuse and their own tests cover.
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", fuzz_app, headers=callers["operator"])
 
 
