@@ -19,3 +19,9 @@ def test_the_served_openapi_document_validates(client, operator_token):
     assert problems == []
     # The push webhook's answers, the operation whose missing response made the document invalid.
     assert set(document["paths"]["/api/v1/push"]["post"]["responses"]) >= {"204", "400", "401", "404", "413"}
+    # No catch-all: every answer is listed, health's 503 (with the health body) too.
+    operations = [op for path in document["paths"].values() for op in path.values() if "responses" in op]
+    assert not [op for op in operations if "default" in op["responses"]]
+    health = document["paths"]["/api/v1/health"]["get"]["responses"]
+    body_of = {status: health[status]["content"]["application/json"]["schema"] for status in ("200", "503")}
+    assert body_of["503"] == body_of["200"]
