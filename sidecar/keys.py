@@ -51,7 +51,7 @@ def development_key(instance_path: Path) -> str:
     """
     path = instance_path / DEV_KEY_FILE
     if not path.exists():
-        instance_path.mkdir(parents=True, exist_ok=True)
+        instance_path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the keys and the database: private
         temporary = instance_path / f".{DEV_KEY_FILE}.{os.getpid()}"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

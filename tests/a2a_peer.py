@@ -160,6 +160,7 @@ class Peer:
         self.push = push
         self.port = 0
         self.calls: collections.Counter = collections.Counter()
+        self.received: list[tuple[dict, dict]] = []  # (headers, JSON-RPC body) of every call, in order
         self.store = CountingTaskStore()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -175,6 +176,16 @@ class Peer:
         if self.card_kind is None:
             return self.url + "/"
         return self.url + (V03_PATH if self.card_kind in ("0.3", "0.3-legacy") else V1_PATH)
+
+    def push_tokens(self) -> list[str]:
+        """The push tokens the sends to this peer carried, in order."""
+        tokens = []
+        for _, body in list(self.received):
+            config = (body.get("params") or {}).get("configuration") or {}
+            push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
+            if isinstance(push, dict) and push.get("token"):
+                tokens.append(push["token"])
+        return tokens
 
     @property
     def task_count(self) -> int:
@@ -209,7 +220,9 @@ class Peer:
     def _counting(self, endpoint):
         async def counted(request: Request):
             try:
-                self.calls[(await request.json()).get("method")] += 1
+                body = await request.json()
+                self.calls[body.get("method")] += 1
+                self.received.append((dict(request.headers), body))
             except Exception:  # noqa: BLE001 - a malformed body is the handler's to answer
                 self.calls[None] += 1
             return await endpoint(request)

@@ -1,11 +1,17 @@
 """Plain helpers of the delegation tests (the fixtures are in delegation_support.py)."""
 
-from sidecar.store import remote_agents, runs
+import json
+import uuid
+
+from sidecar.domain import push_tokens
+from sidecar.domain.lease import LeasePolicy
+from sidecar.store import leases, outbound, remote_agents, runs
 from sidecar.store.events import list_events
 from sidecar.store.models import ToolResult
 from sidecar.store.remote_agents import AgentFields
 
 A2A_DATABASES = ["sqlite", "postgresql"]  # the A2A flows run on these (architecture.md, "Real parts")
+LEASE = LeasePolicy(30)
 
 
 def register(name: str, url: str, *, poll: float = 0.2, deadline: float = 600.0, push: bool = False) -> None:
@@ -29,3 +35,25 @@ def tool_results(run_id: str) -> list[str]:
 
 def events_of(run_id: str, kind: str) -> list[dict]:
     return [e["payload"] for e in list_events(run_id) if e["kind"] == kind]
+
+
+def journalled_send(*, outcome: str = "accepted", push: bool = False):
+    """A claimed run with a journalled send (accepted with task `task-<run>`, or another outcome), and with
+    `push` the push token its body registers (journalled masked, as delegation/start.py does)."""
+    run_id = runs.create_run("owner", "x", wake=False)
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    token = push_tokens.new_push_token(run_id) if push else None
+    body = push_tokens.mask(send_body(token), token) if push else '{"x": 1}'
+    row, _ = outbound.record_send(claim, owner="owner", remote_agent="research", message_id=str(uuid.uuid4()),
+                                  tool_call_id="call_1", context_id=str(uuid.uuid4()), body=body, push_token=token)
+    task_id = f"task-{run_id}" if outcome == "accepted" else None
+    outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
+    return claim, outbound.get(row.id), token
+
+
+def send_body(token: str) -> str:
+    """A send whose push config carries `token`, as the A2A client builds it."""
+    return json.dumps({"jsonrpc": "2.0", "id": "m", "method": "SendMessage", "params": {
+        "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "work"}]},
+        "configuration": {"taskPushNotificationConfig": {"url": "http://sidecar.example/api/v1/push",
+                                                          "token": token}}}})

@@ -114,6 +114,7 @@ BAD = [
      "auth.value"),
     ("auth header reserved", {**BODY, "auth": {"header": "Content-Type", "value": SECRET}}, "auth.header"),
     ("auth header not a token", {**BODY, "auth": {"header": "X Key:", "value": SECRET}}, "auth.header"),
+    ("auth header ending in a newline", {**BODY, "auth": {"header": "X-Key\n", "value": SECRET}}, "auth.header"),
     ("auth unknown field", {**BODY, "auth": {"header": "X-Key", "value": SECRET, "x": 1}}, "auth.x"),
     ("unknown field", {**BODY, "bogus": 1}, "bogus"),
 ]

@@ -35,11 +35,12 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     start_push_worker(concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (row,) = Outbound.select()
-    target = push_target_of(row.request_body)
-    assert target.url == webhook.url + "/api/v1/push"
+    assert push_target_of(row.request_body).url == webhook.url + "/api/v1/push"
+    (token,) = peer.push_tokens()
     wait = waits.current(run_id)
-    assert wait.push_token_sha256 == waits.push_token_digest(target.token)
-    assert target.token not in json.dumps([wait.checkpoint, wait.push_token_sha256])
+    assert wait.push_token_sha256 == row.push_token_sha256 == waits.push_token_digest(token)
+    # The token is the sidecar's secret: only its digest is kept, in the wait and in the journal.
+    assert token not in json.dumps([wait.checkpoint, wait.push_token_sha256, row.request_body])
     wait_until(lambda: peer.calls["GetTask"] >= 1, what="the first poll")
     time.sleep(0.5)  # pushes the peer made when the task started have arrived by now
     polls = peer.calls["GetTask"]
@@ -48,21 +49,21 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
                                      "status": {"state": "TASK_STATE_COMPLETED"}}}
 
     for headers in ({}, {"X-A2A-Notification-Token": "not-a-token"},
-                    {"X-A2A-Notification-Token": target.token + "x"},
+                    {"X-A2A-Notification-Token": token + "x"},
                     {"Authorization": f"Bearer {run_id}.{'A' * 43}"},
-                    {"Authorization": f"Basic {target.token}"}):
+                    {"Authorization": f"Basic {token}"}):
         answer = client.post("/api/v1/push", json=notification, headers=headers)
         assert answer.status_code == 401, headers
         assert answer.get_json()["code"] == "unauthenticated"
     other_task = {"statusUpdate": {"taskId": "another-task", "status": {"state": "TASK_STATE_COMPLETED"}}}
-    answer = client.post("/api/v1/push", json=other_task, headers={"X-A2A-Notification-Token": target.token})
+    answer = client.post("/api/v1/push", json=other_task, headers={"X-A2A-Notification-Token": token})
     assert (answer.status_code, answer.get_json()["code"]) == (404, "not_found")
     assert (DependencyWait.get_by_id(wait.id).next_poll_at, RunEvent.select().count(),
             run_row(run_id).status) == before
     assert peer.calls["GetTask"] == polls
 
     # Either header carries a valid token; the push only brings the poll forward (the task still works).
-    answer = client.post("/api/v1/push", json=notification, headers={"Authorization": f"Bearer {target.token}"})
+    answer = client.post("/api/v1/push", json=notification, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 204 and answer.data == b""
     wait_until(lambda: peer.calls["GetTask"] == polls + 1, what="the pushed poll")
     time.sleep(0.3)

@@ -4,7 +4,6 @@ racing a reconciliation leave exactly one winner; a wait's next poll never passe
 comes before the suspension, or races it, is kept and makes the wait due; a backed-off wait and cancel
 are due at once when their agent answers again, and a cancel's claim schedules its next attempt."""
 
-import json
 import threading
 import uuid
 from datetime import timedelta
@@ -15,9 +14,10 @@ from sidecar.delegation import push
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, leases, outbound, resends, resolutions, runs, status_guard, waits
+from sidecar.store import db, outbound, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
+from tests.delegation_helpers import journalled_send
 from tests.helpers import run_row
 
 LEASE = LeasePolicy(30)
@@ -28,17 +28,6 @@ def open_gate(database_url):
     status_guard.install(lambda status, origin: None)  # every status may be written
     yield
     status_guard.install(None)
-
-
-def journalled_send(*, outcome: str = "accepted", body: str = '{"x": 1}'):
-    """A claimed run with a journalled send (accepted with task `task-<run>`, or another outcome)."""
-    run_id = runs.create_run("owner", "x", wake=False)
-    (claim,) = leases.claim_queued("w", 1, LEASE)
-    row, _ = outbound.record_send(claim, owner="owner", remote_agent="research", message_id=str(uuid.uuid4()),
-                                  tool_call_id="call_1", context_id=str(uuid.uuid4()), body=body)
-    task_id = f"task-{run_id}" if outcome == "accepted" else None
-    outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
-    return claim, outbound.get(row.id)
 
 
 def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
@@ -56,7 +45,7 @@ def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60
 
 def waiting_run(*, outcome: str = "accepted", deadline_in: float = 3600, poll: float | None = 60) -> DependencyWait:
     """A run suspended on a journalled send."""
-    claim, row = journalled_send(outcome=outcome)
+    claim, row, _ = journalled_send(outcome=outcome)
     return suspend_on(claim, row, deadline_in=deadline_in, poll=poll)
 
 
@@ -178,15 +167,8 @@ def test_backed_off_waits_and_cancels_are_due_at_once_when_the_agent_answers_aga
 
 
 def send_with_push(outcome: str = "accepted"):
-    """A journalled send whose body registers a push config, as delegation/start.py builds it; and its token."""
-    claim, row = journalled_send(outcome=outcome, body="{}")
-    token = f"{claim.run_id}.{uuid.uuid4().hex}"
-    body = {"jsonrpc": "2.0", "id": row.message_id, "method": "SendMessage", "params": {
-        "message": {"messageId": row.message_id, "role": "ROLE_USER", "parts": [{"text": "work"}]},
-        "configuration": {"taskPushNotificationConfig": {"url": "http://sidecar.example/api/v1/push",
-                                                          "token": token}}}}
-    Outbound.update(request_body=json.dumps(body)).where(Outbound.id == row.id).execute()
-    return claim, outbound.get(row.id), token
+    """A journalled send that registers a push config; and its token."""
+    return journalled_send(outcome=outcome, push=True)
 
 
 def status_push(task_id: str) -> dict:

@@ -5,13 +5,15 @@ otherwise with @public: a new endpoint cannot be left open by forgetting a decor
 checked per view method with @roles, before the body is parsed.
 """
 
+import copy
 import functools
 from dataclasses import dataclass
 
 from flask import current_app, g, request
+from flask_smorest.utils import deepupdate
 
 from ..store import tokens
-from .errors import ApiError
+from .errors import ApiError, error_responses
 from .parsing import unstorable_refused
 
 ACTOR_HEADER = "X-Nrllm-Actor"
@@ -113,6 +115,10 @@ def roles(*allowed: str, actor: bool = True):
                 raise ApiError(400, "actor_required", f"a host token must name its actor in {ACTOR_HEADER}")
             return fn(*args, **kwargs)
 
+        # The OpenAPI document lists what this check answers, so no view has to repeat it.
+        statuses = ([403] if set(allowed) != set(tokens.ROLES) else []) + ([400] if actor and "host" in allowed else [])
+        wrapper._apidoc = deepupdate(copy.deepcopy(getattr(wrapper, "_apidoc", {})),
+                                     {"manual_doc": {"responses": error_responses(*statuses)}})
         return wrapper
 
     return decorate

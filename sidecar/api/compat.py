@@ -10,7 +10,7 @@ from ..domain.clock import rfc3339
 from ..domain.vocabulary import RunStatus
 from ..store import consumers as consumer_store
 from .auth import roles
-from .errors import ApiError
+from .errors import ApiError, error_responses
 from .parsing import Blueprint
 
 blp = Blueprint("compat", __name__, url_prefix="/api/v1", description="Consumers and compatibility")
@@ -105,6 +105,7 @@ class Consumer(MethodView):
         return _reported_consumers()
 
     @roles("host", actor=False)
+    @blp.doc(responses=error_responses(404))
     @blp.response(204)
     def delete(self, name):
         """Remove one consumer from the report."""

@@ -7,7 +7,6 @@ the answer follows the run's events: JSON when the segment ends, or a stream of 
 """
 
 import time
-from http import HTTPStatus
 
 from flask import current_app, request
 from flask.views import MethodView
@@ -23,7 +22,7 @@ from . import streaming
 from .auth import principal, roles
 from .decision_schemas import DecisionBodySchema, InboxSchema, ReceiptSchema
 from .documents import format_times, run_document
-from .errors import ApiError
+from .errors import ApiError, error_responses
 from .parsing import Blueprint
 from .runs import HEADERS, IDEMPOTENCY_KEY, MAX_KEY, _json, _request_digest, _scope
 from .schemas import RUN_SCHEMA, RunSchema
@@ -33,7 +32,7 @@ FOLLOW_POLL_SECONDS = 0.1
 
 
 def errors(*statuses: int):
-    return blp.doc(responses={status: HTTPStatus(status).name for status in statuses})
+    return blp.doc(responses=error_responses(*statuses))
 
 
 @blp.route("/inbox", parameters=HEADERS)

@@ -1,5 +1,8 @@
 """One error shape for every answer that is not a success: {"code", "message", "errors"?} (http-api.md)."""
 
+from http import HTTPStatus
+
+from apispec import BasePlugin
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -55,6 +58,13 @@ def _flatten(messages) -> dict[str, list[str]]:
     return flat
 
 
+def error_responses(*statuses: int) -> dict:
+    """An operation's `responses` for these error statuses, each the shared error body. The names are the
+    components flask-smorest registers (HTTPStatus names): a name typed by hand can miss one, and an
+    OpenAPI document with a reference to nothing does not validate."""
+    return {status: HTTPStatus(status).name for status in statuses}
+
+
 def error_body(status: int, code: str, message: str, errors: dict | None = None) -> dict:
     body = {"code": code, "message": message}
     if errors:
@@ -80,9 +90,35 @@ def _database_error(error):
     return database_unavailable_body(), 503, retry_after()
 
 
+class SharedErrorResponses(BasePlugin):
+    """Declares, once for every operation, the error answers that app-wide checks give before any view runs:
+    422 for the NUL character in a path or query value (parsing.refuse_nul_in_url) or an over-long or NUL
+    actor or workspace header, and, unless the operation is public (`security: []`), 401 without a valid
+    token and 413 for a body over the limit (auth.authenticate); 400 wherever a body is read that is not a
+    JSON object (parsing.StrictJsonParser). What a view adds it declares itself (and @roles declares its 400
+    and 403)."""
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        for operation in (operations or {}).values():
+            statuses = [422] if operation.get("security") == [] else [401, 413, 422]
+            if "requestBody" in operation:
+                statuses.append(400)
+            responses = operation.setdefault("responses", {})
+            declared = {str(status) for status in responses}
+            for status, name in error_responses(*statuses).items():
+                if str(status) not in declared:
+                    responses[status] = name
+
+
 class SidecarApi(Api):
     # What the OpenAPI document shows for every error answer.
     ERROR_SCHEMA = ErrorSchema
+    # No catch-all `default` answer: every status an operation can answer is declared (above, by @roles, and
+    # by each view), so a client or a fuzzer can hold the sidecar to the list.
+    DEFAULT_ERROR_RESPONSE_NAME = None
+
+    def __init__(self, app=None, **kwargs):
+        super().__init__(app, spec_kwargs={"extra_plugins": [SharedErrorResponses()]}, **kwargs)
 
     def init_app(self, app, *args, **kwargs):
         super().init_app(app, *args, **kwargs)

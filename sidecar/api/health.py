@@ -33,6 +33,7 @@ class HealthSchema(Schema):
 @public()
 class Health(MethodView):
     @blp.response(200, HealthSchema)
+    @blp.alt_response(503, schema=HealthSchema, description="the database does not answer: status degraded")
     @blp.doc(security=[])
     def get(self):
         settings = current_app.config["NRLLM_SETTINGS"]

@@ -7,7 +7,7 @@ from flask.views import MethodView
 from .. import metrics
 from ..delegation import push
 from .auth import public
-from .errors import ApiError
+from .errors import ApiError, error_responses
 from .parsing import Blueprint, json_object
 
 blp = Blueprint("push", __name__, url_prefix="/api/v1", description="Push notifications from remote agents")
@@ -24,7 +24,7 @@ def _presented_token() -> str | None:
 @blp.route("/push")
 @public()
 class PushNotification(MethodView):
-    @blp.doc(security=[], responses={400: "BAD_REQUEST", 401: "UNAUTHORIZED", 404: "NOT_FOUND", 413: "TOO_LARGE"},
+    @blp.doc(security=[], responses=error_responses(400, 401, 404, 413),
              description=f"The delegation's token in `{push.TOKEN_HEADER}` or `Authorization: Bearer`; the body "
                          "is an A2A StreamResponse (or a 0.3 Task). It only makes the coordinator look sooner.")
     @blp.response(204)

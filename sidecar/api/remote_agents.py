@@ -9,7 +9,6 @@ import json
 import logging
 import re
 import uuid
-from http import HTTPStatus
 from urllib.parse import urlsplit
 
 from flask import current_app
@@ -23,7 +22,7 @@ from ..store import outbound_listing
 from ..store import remote_agents as store
 from ..store.models import Outbound, RemoteAgent
 from .auth import principal, roles
-from .errors import ApiError
+from .errors import ApiError, error_responses
 from .parsing import Blueprint
 from .remote_schemas import (
     NAME_PATTERN,
@@ -41,7 +40,7 @@ blp = Blueprint("remote_agents", __name__, url_prefix="/api/v1", description="Re
 
 
 def errors(*statuses: int):
-    return blp.doc(responses={status: HTTPStatus(status).name for status in statuses})
+    return blp.doc(responses=error_responses(*statuses))
 
 
 def _invalid(field: str, message: str) -> ApiError:
@@ -122,7 +121,7 @@ def outbound_document(row: Outbound) -> dict:
 
 def _known_name(name: str) -> str:
     # A name that cannot exist is as absent as an unregistered one (as a malformed run id is).
-    if not re.match(NAME_PATTERN, name):
+    if not re.fullmatch(NAME_PATTERN, name):
         raise ApiError(404, "not_found", "no remote agent with that name")
     return name
 

@@ -10,17 +10,28 @@ from .schemas import TEN_YEARS, StrictNumber
 
 # Lower case only: MariaDB compares names case-insensitively and PostgreSQL does not, so "Research" and
 # "research" would be one agent on one database and two on the other. Digits, "-" and "_" inside.
-NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}\Z"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 NAME_RULE = "1 to 64 characters: lower-case letters, digits, '-' and '_', starting with a letter or digit"
 MAX_URL = 2048
 MIN_POLL_SECONDS = 0.2
 MAX_POLL_SECONDS = 24 * 3600
 # RFC 9110 token characters: anything else could not be sent as a header name.
-HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z"
+HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 # Headers the A2A client sets itself: an auth header may not replace them.
 RESERVED_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection",
                               "a2a-version", "a2a-extensions"})
 MAX_SECRET = 8192
+
+
+class WholeMatch(validate.Regexp):
+    """A pattern the whole value must match. The OpenAPI document shows the pattern, and OpenAPI patterns are
+    ECMA-262 regexes, which have no `\\Z`; Python's `$` also matches before a final newline, so the value is
+    matched whole here instead (fullmatch), and "name\\n" is refused as the document means."""
+
+    def __call__(self, value: str) -> str:
+        if self.regex.fullmatch(value) is None:
+            raise ValidationError(self._format_error(value))
+        return value
 
 
 class StrictBoolean(fields.Boolean):
@@ -40,14 +51,14 @@ def _not_reserved(header: str) -> None:
 class AuthSchema(Schema):
     header = fields.String(required=True, validate=[
         validate.Length(1, 128),
-        validate.Regexp(HEADER_NAME_PATTERN, error="Not a valid HTTP header name."),
+        WholeMatch(HEADER_NAME_PATTERN, error="Not a valid HTTP header name."),
         _not_reserved,
     ])
     value = fields.String(
         load_only=True,
         validate=[validate.Length(1, MAX_SECRET),
                   # CR or LF would let the value add headers of its own; no control character is needed.
-                  validate.Regexp(r"^[^\x00-\x1f\x7f]*\Z", error="Must not contain control characters.")],
+                  WholeMatch(r"^[^\x00-\x1f\x7f]*$", error="Must not contain control characters.")],
         metadata={"description": "write-only: stored sealed, never returned. Required when registering; "
                                  "omitted in a PUT, the stored value is kept"},
     )
@@ -64,7 +75,7 @@ class AgentSettingsSchema(Schema):
 
 
 class AgentCreateSchema(AgentSettingsSchema):
-    name = fields.String(required=True, validate=validate.Regexp(NAME_PATTERN, error=NAME_RULE))
+    name = fields.String(required=True, validate=WholeMatch(NAME_PATTERN, error=NAME_RULE))
 
 
 class AgentReplaceSchema(AgentSettingsSchema):

@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-from http import HTTPStatus
 
 from flask import Response, current_app, request
 from flask.views import MethodView
@@ -15,7 +14,7 @@ from ..store.models import Run
 from . import streaming
 from .auth import Principal, principal, roles
 from .documents import decode_cursor, encode_cursor, event_document, run_document
-from .errors import ApiError
+from .errors import ApiError, error_responses
 from .parsing import Blueprint
 from .schemas import (
     RUN_SCHEMA,
@@ -35,7 +34,7 @@ MAX_KEY = 255
 
 def errors(*statuses: int):
     """Document error answers (the shared {code, message, errors?} body) of an operation."""
-    return blp.doc(responses={status: HTTPStatus(status).name for status in statuses})
+    return blp.doc(responses=error_responses(*statuses))
 
 
 def _json(body: dict, status: int, **headers) -> Response:

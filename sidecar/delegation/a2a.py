@@ -25,6 +25,7 @@ from urllib3.exceptions import NewConnectionError, ProtocolError
 
 from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
+from sidecar.domain import push_tokens
 from sidecar.domain.text import storable
 
 DEFAULT_MAX_BYTES = 1024 * 1024
@@ -317,20 +318,31 @@ def read_card(base_url: str, *, allow=None, timeout: float = 10.0, max_bytes: in
 
 
 def push_target_of(body_text: str) -> PushTarget | None:
-    """The push config a journalled send body carries (a retry rebuilds the same body from it)."""
-    params = json.loads(body_text).get("params") or {}
-    config = params.get("configuration") or {}
-    push = config.get("taskPushNotificationConfig") or config.get("pushNotificationConfig")
+    """The push config a journalled send body carries (a retry rebuilds the same body from it). Its token is
+    masked there (domain/push_tokens.py): the journal keeps the body as sent, less the secret."""
+    push = push_tokens.push_config(json.loads(body_text))
     if isinstance(push, dict) and isinstance(push.get("url"), str) and isinstance(push.get("token"), str):
         return PushTarget(push["url"], push["token"])
     return None
 
 
-def resend_body(body_text: str, message_id: str) -> str:
-    """The same send under a new message id (an operator's resend): same text, context and push config."""
+def journalled(body_text: str, push: PushTarget | None) -> str:
+    """The body as the journal keeps it: the text that is sent, with the push token masked."""
+    return push_tokens.mask(body_text, push.token) if push else body_text
+
+
+def resend_body(body_text: str, message_id: str, push_token: str | None = None) -> str:
+    """The same send under a new message id (an operator's resend): same text, context and push URL. With
+    `push_token`, the push config carries that token (the body to send); without, it keeps what the
+    journalled body has (the masked one: the body to journal)."""
     request = json.loads(body_text)
     params = request["params"]
     params["message"]["messageId"] = message_id
+    config = push_tokens.push_config(request)
+    if config is not None and push_token is not None:
+        config["token"] = push_token
+        if isinstance(config.get("authentication"), dict):
+            config["authentication"]["credentials"] = push_token
     return _body(message_id, request["method"], params)
 
 

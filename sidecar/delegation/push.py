@@ -7,7 +7,7 @@ delegation whose outcome is unknown the task id cannot be checked against the jo
 makes the coordinator reconcile, which only accepts a task of the delegation's own context.
 
 Peers push as soon as a task starts, often before the run's suspension on it is committed. Such a push is
-matched to the journalled send instead (its body holds the push config, token included) and noted there;
+matched to the journalled send instead (which keeps the digest of its push token) and noted there;
 the suspension then makes its wait due at once. Whichever of the two commits second sees the other.
 """
 
@@ -19,7 +19,7 @@ from ..domain import push_tokens
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, waits
 from ..store.models import DependencyWait, Outbound
-from .a2a import notification_task_id, push_target_of
+from .a2a import notification_task_id
 
 log = logging.getLogger("nrllm_sidecar.push")
 
@@ -60,13 +60,14 @@ def authenticate(token: str | None) -> Delegation:
 
 
 def _send_made_for(token: str) -> Outbound | None:
-    """The run's journalled send whose push config carries this token (tokens are `<run id>.<secret>`)."""
+    """The run's journalled send whose push config carries this token (tokens are `<run id>.<secret>`): the
+    send keeps the token's digest, compared in constant time."""
     run_id = push_tokens.run_id_of(token)
     if run_id is None:
         return None
+    presented = push_tokens.digest(token)
     for row in outbound.sends_of_run(run_id):
-        target = push_target_of(row.request_body)
-        if target is not None and hmac.compare_digest(target.token.encode(), token.encode()):
+        if row.push_token_sha256 is not None and hmac.compare_digest(row.push_token_sha256, presented):
             return row
     return None
 

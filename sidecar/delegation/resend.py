@@ -3,20 +3,23 @@
 Reconciliation comes first (read-only ListTasks): a task found turns the row `accepted` and nothing is
 resent (409 `not_resendable`, saying so). Otherwise the guarded transaction of store/resends.py supersedes
 the row and moves the wait to a new row, with a new message id (the resend count goes into its
-derivation) and the same text, context and push config; only then is the new request sent. What it
-answers is settled as a first send's answer would be: a task is polled by the coordinator (at once), an
-answer already final resumes the run, a lost answer is reconciled again.
+derivation) and the same text, context and push URL; only then is the new request sent. The journal
+keeps no push token (only its digest), so a resend that registers pushes carries a new token, and the
+wait then accepts that one (docs/security.md, "Secrets at rest"). What it answers is settled as a first
+send's answer would be: a task is polled by the coordinator (at once), an answer already final resumes the
+run, a lost answer is reconciled again.
 """
 
 import logging
 
+from ..domain import push_tokens
 from ..domain.errors import NotFound
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, remote_agents, resends, resolutions, waits
 from ..store.models import Outbound
 from ..store.resends import NotResendable
 from . import reconcile, remote
-from .a2a import resend_body
+from .a2a import push_target_of, resend_body
 from .ids import message_id_for
 from .results import refused_text, result_text, unreachable_text
 
@@ -44,9 +47,12 @@ def resend(outbound_id: str, settings) -> Outbound:
         raise NotResendable(f"reconciliation found the task the lost send created ({found.id}): "
                             "the row is accepted now and the run waits on that task")
     message_id = message_id_for(old.run_id, old.tool_call_id, old.resend_count + 1)
-    done = resends.resend(old.id, message_id, resend_body(old.request_body, message_id))
+    # The journal kept only the old push token's digest: a resend with a push config gets a new token.
+    push_token = push_tokens.new_push_token(old.run_id) if push_target_of(old.request_body) else None
+    body = resend_body(old.request_body, message_id, push_token)
+    done = resends.resend(old.id, message_id, push_tokens.mask(body, push_token) if push_token else body, push_token)
     log.info("run %s: outbound %s resent as %s", old.run_id, old.id, done.row.id)
-    sent = client.send(done.row.request_body)
+    sent = client.send(body)
     row = outbound.record_outcome_unfenced(done.row.id, sent.outcome, error=sent.error,
                                            remote_task_id=sent.task.id if sent.task else None,
                                            bytes_received=sent.bytes_received)

@@ -10,9 +10,10 @@ suspends: a task found is waited on as if the answer had come.
 
 Pushes: when the agent's record says `push`, its card says `pushNotifications` and NRLLM_PUBLIC_URL is
 set, the send carries an inline push config with the webhook URL and a fresh token of this delegation.
-The token is inside the journalled request body (the exact text that leaves must be journalled); the
-wait keeps only its SHA-256. A retried segment takes the push config back from the journalled body, so
-it rebuilds the very same body.
+The journal keeps the exact text that leaves with the token masked (same length), and the row and the
+wait keep only the token's SHA-256 (docs/security.md, "Secrets at rest"). A retried segment takes the push
+URL and the masked token back from the journalled body, so it rebuilds the very same journalled text (and
+never sends it: the row exists).
 """
 
 import dataclasses
@@ -28,7 +29,7 @@ from ..store import outbound, remote_agents, runs, waits
 from ..store.models import Run
 from ..store.status_guard import StatusNotWritable
 from . import reconcile, remote
-from .a2a import PushTarget, push_target_of
+from .a2a import PushTarget, journalled, push_target_of
 from .ids import ID_NAMESPACE, context_id_for, message_id_for  # noqa: F401 - the ids' home used to be here
 from .results import result_text
 from .types import SendResult
@@ -88,15 +89,15 @@ def _start(call: DelegationCall, settings) -> Started:
     context_id = (outbound.context_of_task(run.id, task_id) if task_id else None) or context_id_for(
         run.id, call.tool_call_id)
     message_id = message_id_for(run.id, call.tool_call_id)
-    body = client.build_send(message_id, context_id, call.arguments["message"], task_id=task_id,
-                             push=_push_target(run.id, message_id, agent, client, settings))
+    push = _push_target(run.id, message_id, agent, client, settings)
+    body = client.build_send(message_id, context_id, call.arguments["message"], task_id=task_id, push=push)
     if run.max_bytes is not None and run.bytes_used + len(body) > run.max_bytes:
         return error(f"transfer budget exhausted ({run.bytes_used} of {run.max_bytes} bytes used)")
     try:
         row, is_new = segment.guarded(
             outbound.record_send, owner=run.owner, remote_agent=agent.name,
             message_id=message_id_for(run.id, call.tool_call_id), tool_call_id=call.tool_call_id,
-            context_id=context_id, body=body,
+            context_id=context_id, body=journalled(body, push), push_token=push.token if push else None,
         )
     except StatusNotWritable as exc:
         return error(f"delegation is not offered to this run: {exc.reason}")
@@ -182,9 +183,8 @@ def _after_retry(call, run, agent, row, settings) -> Started:
 def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
     now = utcnow()
     deadline_at = now + timedelta(seconds=agent.deadline_seconds)
-    push = push_target_of(row.request_body)
     first_poll = agent.poll_interval_seconds
-    if push:
+    if row.push_token_sha256:
         first_poll = min(first_poll, FIRST_POLL_WITH_PUSH_SECONDS)
     checkpoint, fingerprint = remote.seal_checkpoint({
         "run_id": run.id, "tool_call_id": call.tool_call_id, "turn_index": call.turn_index,
@@ -203,7 +203,7 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         # A known task is polled; an unknown outcome is reconciled again at each poll (the one right after
         # the send may have failed too) until its task is found or the deadline comes.
         next_poll_at=now + timedelta(seconds=first_poll),
-        push_token_sha256=waits.push_token_digest(push.token) if push else None,
+        push_token_sha256=row.push_token_sha256,
     )
     try:
         call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)

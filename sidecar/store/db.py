@@ -2,6 +2,7 @@
 
 import functools
 import logging
+import os
 import random
 import sqlite3
 import threading
@@ -71,6 +72,26 @@ class SidecarMySQLDatabase(_EndsOutages, PooledMySQLDatabase):
     }
 
 
+PRIVATE_DIRECTORY_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def make_private(path: Path) -> None:
+    """A SQLite file readable and writable by the sidecar's user alone, before SQLite opens it.
+
+    A folder created for it is 0700. The file is created 0600 if it is missing (an empty file is an empty
+    database) and set to 0600 if it exists (an older release left it 0644), as are companions already there.
+    SQLite creates its write-ahead log and shared-memory files (-wal, -shm) later, with the mode of the
+    database file: so they are 0600 too, whatever the process's umask.
+    """
+    path.parent.mkdir(mode=PRIVATE_DIRECTORY_MODE, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE))
+    for file in (path, *(path.with_name(path.name + suffix) for suffix in SQLITE_COMPANIONS)):
+        if file.exists():
+            os.chmod(file, PRIVATE_FILE_MODE)
+
+
 def connect(url: str):
     """A database object for a URL: sqlite:///path, postgresql://..., mysql://...
 
@@ -82,7 +103,7 @@ def connect(url: str):
         # As elsewhere: sqlite:///relative.db is relative, sqlite:////abs/path.db absolute.
         path = parsed.path[1:] or ":memory:"
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            make_private(Path(path))
         return SidecarSqliteDatabase(path, float(query.get("busy_timeout", SQLITE_BUSY_TIMEOUT_SECONDS)))
     common = {
         "database": parsed.path.lstrip("/"),

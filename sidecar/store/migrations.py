@@ -7,9 +7,13 @@ added to an existing table later is added by its own migration only where it is 
 """
 
 import contextlib
+import hashlib
+import logging
 
+from peewee import OperationalError
 from playhouse.migrate import SchemaMigrator, migrate
 
+from ..domain import push_tokens
 from ..domain.clock import utcnow
 from .db import database, dialect
 from .models import (
@@ -33,6 +37,11 @@ from .models import (
 )
 
 LOCK_NAME = "nrllm_sidecar_migrate"
+MIGRATION_BATCH = 500  # rows a data migration reads at once
+# Migrations that replace secrets: on SQLite the file is compacted afterwards (_scrub_sqlite_file).
+SCRUBS_SQLITE_FILE = {7}
+
+log = logging.getLogger("nrllm_sidecar.migrations")
 PG_LOCK_KEY = 281_000_001  # any constant; it names the advisory lock
 
 
@@ -83,6 +92,40 @@ def _v7_remote_failures(db):
     _add_missing_columns(db, Outbound, Outbound.attempts, Outbound.next_attempt_at)
 
 
+def _v8_push_tokens_out_of_the_journal(db):
+    """Sends journalled before the push token was kept out of the journal carry it in their body: each such
+    body gets the token masked, and its row the token's digest (and the digest of the new body). The token
+    stays valid: its wait already keeps only its digest. On SQLite the old text is zeroed where it stood
+    (secure_delete), and the file is compacted after the upgrade (_scrub_sqlite_file)."""
+    _add_missing_columns(db, Outbound, Outbound.push_token_sha256)
+    if dialect() != "sqlite":
+        _mask_journalled_push_tokens()
+        return
+    (before,) = db.execute_sql("PRAGMA secure_delete").fetchone()
+    db.execute_sql("PRAGMA secure_delete = ON")
+    try:
+        _mask_journalled_push_tokens()
+    finally:
+        db.execute_sql(f"PRAGMA secure_delete = {int(before)}")
+
+
+def _mask_journalled_push_tokens() -> None:
+    after = ""
+    while True:
+        page = list(Outbound.select(Outbound.id, Outbound.request_body)
+                    .where(Outbound.id > after, Outbound.request_body.contains('"token"'))
+                    .order_by(Outbound.id).limit(MIGRATION_BATCH))
+        for row in page:
+            token = push_tokens.token_in_body(row.request_body)
+            if token is not None:
+                body = push_tokens.mask(row.request_body, token)
+                Outbound.update(request_body=body, request_sha256=hashlib.sha256(body.encode()).hexdigest(),
+                                push_token_sha256=push_tokens.digest(token)).where(Outbound.id == row.id).execute()
+        if len(page) < MIGRATION_BATCH:
+            return
+        after = page[-1].id
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
@@ -91,6 +134,7 @@ MIGRATIONS = [
     (5, "person pauses, decisions, grants, notes", _v5_decisions),
     (6, "pushes that come before the suspension", _v6_early_pushes),
     (7, "failing remote agents, backoff of polls and CancelTask attempts", _v7_remote_failures),
+    (8, "push tokens out of the outbound journal", _v8_push_tokens_out_of_the_journal),
 ]
 
 
@@ -131,7 +175,24 @@ def upgrade() -> list[int]:
             migrate(db)
             SchemaMigration.create(version=version, name=name, applied_at=utcnow())
             applied_now.append(version)
+    if dialect() == "sqlite" and SCRUBS_SQLITE_FILE.intersection(applied_now):
+        _scrub_sqlite_file(db)
     return applied_now
+
+
+def _scrub_sqlite_file(db) -> None:
+    """After a migration that replaced secrets: no old copy of them is left in the SQLite files. VACUUM
+    rewrites the database without its free pages (rows deleted earlier keep their text there), and the
+    checkpoint copies the write-ahead log into the file and empties it. Both need the file to themselves:
+    while another process uses it they cannot run, and the upgrade says so instead of failing."""
+    try:
+        db.execute_sql("VACUUM")
+        busy, _, _ = db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except OperationalError as exc:
+        busy = str(exc)
+    if busy:
+        log.warning("could not compact the SQLite file after the upgrade (%s): old copies of replaced secrets "
+                    "may remain in its free pages until `VACUUM` is run with no sidecar process running", busy)
 
 
 def current_version() -> int:

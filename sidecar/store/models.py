@@ -247,6 +247,9 @@ class Outbound(BaseModel):
     # Cancel rows: attempts that got no answer, and when the next one is due (the backoff's).
     attempts = IntegerField(default=0)
     next_attempt_at = DateTimeField(null=True)
+    # The SHA-256 of the push token the send carries (its body keeps the token masked): a push that comes
+    # before the suspension is matched to the send by it.
+    push_token_sha256 = CharField(max_length=64, null=True)
 
     class Meta:
         table_name = "outbound"

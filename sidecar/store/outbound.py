@@ -20,6 +20,7 @@ from datetime import datetime
 from peewee import IntegrityError
 
 from .. import wakeup
+from ..domain import push_tokens
 from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost, SidecarError
 from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
@@ -53,15 +54,18 @@ def _event(claim: Claim, row: Outbound, note: str) -> None:
 @transactional
 def record_send(
     claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str, context_id: str,
-    body: str, resend_count: int = 0,
+    body: str, push_token: str | None = None, resend_count: int = 0,
 ) -> tuple[Outbound, bool]:
     """Commit a `send` row before the request leaves; returns (row, is_new).
+
+    `body` is the request as sent with its push token masked; a new row keeps only the token's digest.
 
     For a new row the compatibility gate is checked in this transaction: once the row is committed the run
     may wait on it. A row that exists already (a retry) is returned (is_new False) after its own checks,
     whatever the gate says now: it may have left, so it must be settled (start.py gives it up and cancels
     its task when the gate has closed since).
     """
+    _refuse_secret(body, push_token)
     digest = sha256(body)
     existing = Outbound.get_or_none(Outbound.message_id == message_id)
     if existing is None:
@@ -71,7 +75,7 @@ def record_send(
             id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id,
             remote_agent=remote_agent, message_id=message_id, tool_call_id=tool_call_id, context_id=context_id,
             request_body=body, request_sha256=digest, outcome=PENDING, resend_count=resend_count,
-            created_at=utcnow(),
+            created_at=utcnow(), push_token_sha256=push_tokens.digest(push_token) if push_token else None,
         )
         try:
             row.save(force_insert=True)
@@ -82,6 +86,12 @@ def record_send(
     if existing.request_sha256 != digest or existing.owner != owner or existing.run_id != claim.run_id:
         raise DigestMismatch(f"message id {message_id} is journalled with another request; nothing was sent")
     return _settle_left_pending(claim, existing), False
+
+
+def _refuse_secret(body: str, push_token: str | None) -> None:
+    """The journal never takes a push token in the clear (docs/security.md, "Secrets at rest")."""
+    if push_token and not push_tokens.is_masked(push_token) and push_token in body:
+        raise ValueError("a request body for the journal must carry its push token masked")
 
 
 def _mark_unknown(outbound_id: str, *conditions) -> Outbound | None:

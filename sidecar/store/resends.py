@@ -9,6 +9,7 @@ request leaves. Reconciliation records a found task with the same `outcome_unkno
 import uuid
 from dataclasses import dataclass
 
+from ..domain import push_tokens
 from ..domain.clock import utcnow
 from ..domain.errors import NotFound, SidecarError
 from ..domain.vocabulary import OutboundOutcome, RunStatus
@@ -43,9 +44,11 @@ def waiting_on(row: Outbound) -> DependencyWait:
 
 
 @transactional
-def resend(old_id: str, message_id: str, body: str) -> Resend:
-    """Supersede `old_id` with a new pending row carrying `body`; NotFound, or NotResendable when the row
-    is not outcome_unknown or its run no longer waits on it (nothing written)."""
+def resend(old_id: str, message_id: str, body: str, push_token: str | None = None) -> Resend:
+    """Supersede `old_id` with a new pending row carrying `body` (its push token masked); NotFound, or
+    NotResendable when the row is not outcome_unknown or its run no longer waits on it (nothing written).
+    With `push_token` (the resend's new one) the new row and the wait keep its digest: pushes for the new
+    request find the wait."""
     old = outbound.get(old_id)
     if old is None:
         raise NotFound(f"no outbound row {old_id}")
@@ -59,9 +62,13 @@ def resend(old_id: str, message_id: str, body: str) -> Resend:
         message_id=message_id, tool_call_id=old.tool_call_id, context_id=old.context_id, request_body=body,
         request_sha256=outbound.sha256(body), outcome=outbound.PENDING, resend_of=old.id,
         resend_count=old.resend_count + 1, created_at=now,
+        push_token_sha256=push_tokens.digest(push_token) if push_token else None,
     )
     new.save(force_insert=True)
-    moved = DependencyWait.update(outbound_id=new.id).where(
+    moved_fields = {"outbound_id": new.id}
+    if push_token:
+        moved_fields["push_token_sha256"] = new.push_token_sha256
+    moved = DependencyWait.update(**moved_fields).where(
         DependencyWait.id == wait.id, DependencyWait.resolved_at.is_null(), DependencyWait.outbound_id == old.id
     ).execute()
     guard = [Run.status == RunStatus.WAITING_FOR_DEPENDENCY.value, Run.waiting_on == wait.id]
@@ -70,4 +77,6 @@ def resend(old_id: str, message_id: str, body: str) -> Resend:
         raise NotResendable(f"run {old.run_id} no longer waits on outbound row {old.id}")  # rolls back
     Run.update(bytes_used=Run.bytes_used + len(body)).where(Run.id == old.run_id).execute()
     wait.outbound_id = new.id
+    if push_token:
+        wait.push_token_sha256 = new.push_token_sha256
     return Resend(new, wait)

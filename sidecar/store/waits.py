@@ -8,7 +8,6 @@ Suspension, polling claims and resolution are each one guarded transaction:
 - resolve, fail, cancel: in store/resolutions.py.
 """
 
-import hashlib
 import hmac
 import uuid
 from dataclasses import dataclass
@@ -211,7 +210,7 @@ def poll_backed_off_now(remote_agent: str) -> int:
 
 
 def push_token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return push_tokens.digest(token)
 
 
 def by_push_token(token: str) -> DependencyWait | None:
