@@ -39,7 +39,7 @@ from .models import (
 LOCK_NAME = "nrllm_sidecar_migrate"
 MIGRATION_BATCH = 500  # rows a data migration reads at once
 # Migrations that replace secrets: on SQLite the file is compacted afterwards (_scrub_sqlite_file).
-SCRUBS_SQLITE_FILE = {7}
+SCRUBS_SQLITE_FILE = {8}
 
 log = logging.getLogger("nrllm_sidecar.migrations")
 PG_LOCK_KEY = 281_000_001  # any constant; it names the advisory lock
