@@ -18,6 +18,19 @@ def _float_env(env, name: str, default: float) -> float:
     return value
 
 
+def _int_env(env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a whole number, not {raw!r}") from None
+    if value <= 0:
+        raise SystemExit(f"{name} must be positive, not {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     instance_path: Path
@@ -34,6 +47,12 @@ class Settings:
     openai_api_key: str | None = field(default=None, repr=False)
     openai_model: str | None = None
     openai_timeout: float = 20.0
+    # Serving (docs/deploy.md, docs/security.md): reading a request, open event streams, cross-origin callers.
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    streams_per_token: int = 100
+    streams_per_process: int = 2000
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def provider_timeout(self) -> float:
@@ -58,4 +77,10 @@ class Settings:
             openai_api_key=env.get("NRLLM_OPENAI_API_KEY") or None,
             openai_model=env.get("NRLLM_OPENAI_MODEL") or None,
             openai_timeout=_float_env(env, "NRLLM_OPENAI_TIMEOUT", 20.0),
+            header_timeout=_float_env(env, "NRLLM_HEADER_TIMEOUT", 10.0),
+            body_timeout=_float_env(env, "NRLLM_BODY_TIMEOUT", 30.0),
+            streams_per_token=_int_env(env, "NRLLM_STREAMS_PER_TOKEN", 100),
+            streams_per_process=_int_env(env, "NRLLM_STREAMS_PER_PROCESS", 2000),
+            cors_origins=tuple(o.strip().rstrip("/") for o in env.get("NRLLM_CORS_ORIGINS", "").split(",")
+                               if o.strip()),
         )

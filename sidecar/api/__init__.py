@@ -7,7 +7,7 @@ from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
-from . import auth, decisions, grants, health, metrics, parsing, remote_agents, runs
+from . import auth, decisions, grants, headers, health, metrics, parsing, remote_agents, runs, streaming
 from . import compat as compat_views
 from . import push as push_views
 from .errors import SidecarApi
@@ -32,6 +32,8 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         # Every operation needs the bearer token unless it says otherwise (health: security []).
         API_SPEC_OPTIONS={"security": [{SECURITY_SCHEME: []}]},
     )
+    # A browser's preflight (from an origin NRLLM_CORS_ORIGINS lists) carries no token: answered first.
+    app.before_request(headers.answer_preflight)
     # Before any view, and for routes that do not exist too: 401 unless the view is public.
     app.before_request(auth.authenticate)
     app.before_request(parsing.refuse_nul_in_url)
@@ -50,6 +52,9 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     for blueprints in plugin_manager().hook.nrllm_register_routes():
         for blueprint in blueprints or []:
             api.register_blueprint(blueprint)
+
+    app.after_request(headers.add_headers)
+    app.teardown_request(streaming.release_unused)
 
     @app.teardown_request
     def _return_connection(_exc):
