@@ -92,6 +92,16 @@ def bind(url: str):
     return db
 
 
+def close_all() -> None:
+    """Close every connection this process holds (a pool's idle ones too): before it forks, for instance."""
+    if database.obj is None:
+        return
+    if not database.is_closed():
+        database.close()
+    if hasattr(database.obj, "close_all"):
+        database.obj.close_all()
+
+
 def ping() -> None:
     """Ask the database for a trivial answer: raises DatabaseError when it does not answer."""
     database.execute_sql("SELECT 1")
