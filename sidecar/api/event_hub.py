@@ -163,8 +163,5 @@ def hub() -> EventHub:
 
 
 def close() -> None:
-    """End every stream of this process (the server is stopping); new streams end at once too."""
-    with _hub_lock:
-        current = _hub
-    if current is not None:
-        current.close()
+    """End every stream of this process (the server is stopping); streams opened later end at once too."""
+    hub().close()  # made here if no stream came yet: one accepted during the stop must end too

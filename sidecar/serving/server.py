@@ -155,9 +155,9 @@ class SidecarArbiter(Arbiter):
             self.companion.keep_running()
 
     def reload(self):
-        super().reload()
         if self.companion is not None:
-            self.companion.replace()
+            self.companion.replace()  # first: gunicorn's reload waits for the old HTTP workers to end
+        super().reload()
 
     def stop(self, graceful=True):
         if self.companion is not None:
