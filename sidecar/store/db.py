@@ -18,6 +18,7 @@ DatabaseError = PeeweeException
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 15
 TRANSIENT_RETRIES = 8
+POOL_WAIT_SECONDS = 10
 
 
 class SidecarSqliteDatabase(SqliteDatabase):
@@ -68,6 +69,9 @@ def connect(url: str):
         "user": parsed.username,
         "max_connections": int(query.pop("max_connections", 64)),
         "stale_timeout": 300,
+        # A thread that finds the pool empty waits for a connection (a burst of requests queues) instead of
+        # failing at once; after this many seconds it fails.
+        "timeout": POOL_WAIT_SECONDS,
     }
     if parsed.port:
         common["port"] = parsed.port
