@@ -58,9 +58,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
 
     @app.teardown_request
     def _return_connection(_exc):
-        # Request threads come and go; give each request's connection back (to the pool, or closed).
-        if not db.database.is_closed():
-            db.database.close()
+        db.give_back()
 
     return app
 

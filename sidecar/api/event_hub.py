@@ -7,7 +7,9 @@ costs nothing until its run moves or its keep-alive is due. What wakes the watch
   While that connection is down (and right after it is back) the feed falls back to polling and wakes
   every watch once: notifications sent meanwhile are lost.
 - SQLite and MariaDB: one poll loop reads the last event sequence of every watched run (one indexed read
-  per 500 runs, every POLL_SECONDS) and wakes the watches of the runs whose sequence changed.
+  per 500 runs, every POLL_SECONDS) and wakes the watches of the runs whose sequence changed. On SQLite it
+  first asks the file whether anything was committed since its last look (PRAGMA data_version), and reads
+  nothing more while nothing was.
 
 A wake only says "read again": the stream reads its run's events after the last one it sent, so a
 spurious wake costs one read and a missed one cannot happen while the poll or the listener runs.
@@ -17,8 +19,7 @@ The feed starts with the first watch (importing this module starts nothing).
 import logging
 import threading
 
-from ..store import events, notify
-from ..store.db import database
+from ..store import db, events, notify
 
 log = logging.getLogger("nrllm_sidecar.streams")
 
@@ -53,6 +54,7 @@ class EventHub:
         self._lock = threading.Lock()
         self._watches: dict[str, set[Watch]] = {}
         self._seen: dict[str, int] = {}  # polling: the last event sequence of each run at the last look
+        self._marker: int | None = None  # polling on SQLite: the file's data_version at the last look
         self._thread: threading.Thread | None = None
         self._listener: notify.Listener | None = None
         self._closed = False
@@ -125,10 +127,10 @@ class EventHub:
             try:
                 self._poll()
             except Exception as exc:  # the database is away: the streams wait, the next poll tries again
+                self._marker = None
                 log.warning("event streams could not read the runs they follow (%s)", exc)
             finally:
-                if not database.is_closed():
-                    database.close()
+                db.give_back()  # SQLite keeps it: data_version speaks of one connection
             self._tick.wait(self.poll_seconds)
 
     def _poll(self) -> None:
@@ -136,6 +138,11 @@ class EventHub:
             run_ids = list(self._watches)
         if not run_ids:
             return
+        marker = events.change_marker()
+        new_runs = any(run_id not in self._seen for run_id in run_ids)
+        if marker is not None and marker == self._marker and not new_runs:
+            return  # nothing was committed since the last look
+        self._marker = marker
         found = events.positions(run_ids)
         moved = set()
         with self._lock:

@@ -96,6 +96,15 @@ def bind(url: str):
     return db
 
 
+def give_back() -> None:
+    """A unit of work (a request, a poll) ended: give its connection back to the pool (PostgreSQL, MariaDB).
+    SQLite has no pool, and opening a connection (with its pragmas) costs as much as a small request: the
+    thread keeps it for its next one. Server threads live long (gunicorn's pool); a thread that ends closes
+    its connection with itself."""
+    if dialect() != "sqlite" and not database.is_closed():
+        database.close()
+
+
 def close_all() -> None:
     """Close every connection this process holds (a pool's idle ones too): before it forks, for instance."""
     if database.obj is None:

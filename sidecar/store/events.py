@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ..domain.clock import utcnow
 from . import notify, statements
-from .db import database, updated_value
+from .db import database, dialect, updated_value
 from .models import Run, RunEvent
 
 log = logging.getLogger("nrllm_sidecar.store")
@@ -82,3 +82,12 @@ def positions(run_ids) -> dict[str, int]:
         chunk = ids[start:start + POSITIONS_CHUNK]
         found.update(Run.select(Run.id, Run.last_event_sequence).where(Run.id.in_(chunk)).tuples())
     return found
+
+
+def change_marker() -> int | None:
+    """SQLite: a number that changes whenever another connection commits to the file (PRAGMA data_version),
+    so a poll can skip reading positions while nothing was written. Meaningful only on a connection kept
+    open between calls. None elsewhere: there is nothing as cheap."""
+    if dialect() != "sqlite":
+        return None
+    return database.execute_sql("PRAGMA data_version").fetchone()[0]
