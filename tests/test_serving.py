@@ -2,7 +2,11 @@
 request is one no ordinary client would send."""
 
 import json
+import os
+import re
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,7 +14,7 @@ import pytest
 from sidecar.store import db as store_db
 from sidecar.store import migrations, runs, tokens
 from tests.api_helpers import ACTOR, as_host
-from tests.helpers import wait_until
+from tests.helpers import ROOT, stop_process, wait_until
 from tests.serve_support import parse_answer, raw_request, read_until_closed, start_serve
 from tests.sse_client import EventStream
 
@@ -155,3 +159,38 @@ def test_streams_beyond_a_tokens_limit_and_the_process_limit_are_refused_with_42
     finally:
         for stream in held:
             stream.close()
+
+
+def test_gunicorn_run_by_hand_serves_sidecar_wsgi_app_with_the_sidecars_worker_class(tmp_path):
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    env = {**os.environ, "NRLLM_DATABASE_URL": url}
+    assert subprocess.run([sys.executable, "-m", "sidecar.cli", "db", "upgrade"], cwd=ROOT, env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    log_path = tmp_path / "gunicorn.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "sidecar.wsgi:app", "-k",
+                                 "sidecar.serving.http_worker.SidecarWorker", "--threads", "8",
+                                 "--bind", "127.0.0.1:0", "--no-control-socket"],
+                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        def port():
+            assert proc.poll() is None, log_path.read_text()
+            match = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", log_path.read_text())
+            return int(match.group(1)) if match else None
+
+        bound = wait_until(port, timeout=60, what="gunicorn to listen")
+        status, headers, body = wait_until(lambda: _answer_or_none(bound), timeout=60, what="the app to answer")
+        assert status == 200 and json.loads(body)["status"] == "degraded", "no worker runs beside it"
+        assert headers["x-content-type-options"] == "nosniff"
+        status, headers, body = raw_request(bound, b"GET / HTTP/3.0\r\n\r\n")
+        assert status == 505
+        _assert_error_shape(headers, body, "http_version_not_supported")
+    finally:
+        assert stop_process(proc, 60) == 0, log_path.read_text()[-3000:]
+
+
+def _answer_or_none(port: int):
+    try:
+        return _get(port, "/api/v1/health")
+    except OSError:
+        return None
