@@ -41,7 +41,7 @@ def _health_seconds(port: int) -> float:
 @pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_thousand_open_streams_cost_no_cpu_while_idle_and_health_answers(database_url, tmp_path):
     _raise_fd_limit(4 * STREAMS)  # the serve process inherits it: its workers hold the other ends
-    # A small pool per process: the shared database server has room for a few connections of each test.
+    # A small pool per process: the database server is shared by the tests running at once.
     served = start_serve(f"{database_url}?max_connections=8", tmp_path / "serve.log", "--no-worker",
                          env={"NRLLM_STREAMS_PER_TOKEN": str(STREAMS)})
     crowd = None

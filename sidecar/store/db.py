@@ -18,6 +18,7 @@ DatabaseError = PeeweeException
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 15
 TRANSIENT_RETRIES = 8
+POOL_SIZE = 16
 POOL_WAIT_SECONDS = 10
 
 
@@ -67,7 +68,8 @@ def connect(url: str):
         "database": parsed.path.lstrip("/"),
         "host": parsed.hostname or "127.0.0.1",
         "user": parsed.username,
-        "max_connections": int(query.pop("max_connections", 64)),
+        # Per process. serve runs three (two HTTP workers and the worker): 48 of a server's default 100.
+        "max_connections": int(query.pop("max_connections", POOL_SIZE)),
         "stale_timeout": 300,
         # A thread that finds the pool empty waits for a connection (a burst of requests queues) instead of
         # failing at once; after this many seconds it fails.
