@@ -7,6 +7,8 @@ read     GET /api/v1/runs/{id} at 500 requests/s for 30 s, open loop. Floor: p99
 streams  1,000 event streams open on runs that do not move: the CPU the API processes (gunicorn's arbiter
          and HTTP workers, not the worker) use over 10 s, as a share of one core (floor: under 5 %), then
          GET /api/v1/health at 20 requests/s for 10 s (floor: p99 under 50 ms).
+cpu ms   CPU time the API processes spent per request during a phase (/proc/<pid>/stat): the figure that
+         moves least with the machine's load.
 
 --quick: 3 s phases and 200 streams; figures printed, floors not checked.
 """
@@ -87,6 +89,11 @@ def api_processes(pid: int) -> list[int]:
     return [p for p in process_tree(pid) if b"\0worker\0" not in Path(f"/proc/{p}/cmdline").read_bytes()]
 
 
+def per_request_ms(pids: list[int], cpu_before: float, requests: int) -> float:
+    """CPU the API processes spent per request since cpu_before: moves far less with the machine's load."""
+    return (cpu_seconds(pids) - cpu_before) * 1000 / max(requests, 1)
+
+
 def measure(dialect: str, quick: bool, logs: Path) -> list[tuple]:
     seconds = 3.0 if quick else 30.0
     streams = 200 if quick else 1000
@@ -102,15 +109,18 @@ def measure(dialect: str, quick: bool, logs: Path) -> list[tuple]:
         try:
             body = json.dumps({"input": "bench", "script": [{"content": "done"}]})
             json_auth = {**auth, "Content-Type": "application/json"}
+            pids = api_processes(served.proc.pid)
+            before = cpu_seconds(pids)
             latencies, errors, answers = open_loop(served.port, 100, seconds,
                                                    lambda i: ("POST", "/api/v1/runs", body, json_auth))
             check(errors == 0, f"{errors} of {len(latencies)} creations failed")
-            rows.append(("create", 100, latencies, errors))
+            rows.append(("create", 100, latencies, errors, per_request_ms(pids, before, len(latencies))))
             ids = [json.loads(a)["id"] for a in answers]
+            before = cpu_seconds(pids)
             latencies, errors, _ = open_loop(served.port, 500, seconds,
                                              lambda i: ("GET", f"/api/v1/runs/{ids[i % len(ids)]}", None, auth))
             check(errors == 0, f"{errors} of {len(latencies)} reads failed")
-            rows.append(("read", 500, latencies, errors))
+            rows.append(("read", 500, latencies, errors, per_request_ms(pids, before, len(latencies))))
             rows.append(streams_phase(served, auth, streams, 3.0 if quick else 10.0))
         finally:
             code = served.stop()
@@ -132,10 +142,12 @@ def streams_phase(served, auth: dict, count: int, seconds: float) -> tuple:
         before = cpu_seconds(pids)
         time.sleep(seconds)
         cpu_percent = (cpu_seconds(pids) - before) / seconds * 100
+        before = cpu_seconds(pids)
         latencies, errors, _ = open_loop(served.port, 20, seconds, lambda i: ("GET", "/api/v1/health", None, {}))
+        cpu_ms = per_request_ms(pids, before, len(latencies))
         check(Run.select().where(Run.id.in_(claimed), Run.status == "running").count() == len(claimed),
               "the runs under the streams did not move")
-        return ("health", 20, latencies, errors, cpu_percent, count)
+        return ("health", 20, latencies, errors, cpu_ms, cpu_percent, count)
     finally:
         crowd.close()
 
@@ -147,7 +159,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
     problems: list[str] = []
     print(f"{'database':<11}{'phase':<8}{'rate/s':>7}{'requests':>9}{'errors':>7}{'p50 ms':>8}{'p99 ms':>8}"
-          f"{'max ms':>8}  floor (p99 ms)", flush=True)
+          f"{'max ms':>8}{'cpu ms':>8}  floor (p99 ms)", flush=True)
     with tempfile.TemporaryDirectory(prefix="nrllm-bench-serving-") as logs:
         for dialect in args.databases:
             with measuring(dialect, args.quick, problems):
@@ -156,11 +168,11 @@ def main() -> int:
                 except CheckFailed as exc:
                     tails = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in Path(logs).iterdir())
                     raise CheckFailed(f"{exc}{tails}") from None
-                for phase, rate, latencies, errors, *streams in rows:
+                for phase, rate, latencies, errors, cpu_ms, *streams in rows:
                     p50, p99, floor = percentile(latencies, 0.5), percentile(latencies, 0.99), FLOORS[phase]
                     met = p99 < floor and errors == 0
                     print(f"{dialect:<11}{phase:<8}{rate:>7}{len(latencies):>9}{errors:>7}{p50:>8.1f}{p99:>8.1f}"
-                          f"{max(latencies):>8.1f}  {verdict(floor, met, args.quick)}", flush=True)
+                          f"{max(latencies):>8.1f}{cpu_ms:>8.2f}  {verdict(floor, met, args.quick)}", flush=True)
                     if not args.quick and not met:
                         problems.append(f"{dialect}: {phase} p99 {p99:.1f} ms with {errors} errors, floor {floor} ms")
                     if streams:
