@@ -23,6 +23,7 @@ from ..store import runs
 from ..store.db import database
 from ..store.events import list_events
 from . import event_hub
+from .auth import principal
 from .documents import event_document, run_document
 from .errors import ApiError
 from .schemas import RUN_SCHEMA
@@ -71,7 +72,7 @@ class StreamSlots:
         raise ApiError(429, "too_many_streams", f"{refused}; close one or retry later",
                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
-    def _give_back(self, token_id: str) -> None:
+    def give_back(self, token_id: str) -> None:
         with self._lock:
             self._by_token[token_id] -= 1
             if self._by_token[token_id] <= 0:
@@ -95,15 +96,13 @@ class Slot:
         with self._lock:
             held, self._held = self._held, False
         if held:
-            self._slots._give_back(self._token_id)
+            self._slots.give_back(self._token_id)
 
 
 SLOTS = StreamSlots()
 
 
 def _take() -> Slot:
-    from .auth import principal
-
     settings = current_app.config["NRLLM_SETTINGS"]
     return SLOTS.take(principal().token_id, settings.streams_per_token, settings.streams_per_process)
 
