@@ -76,3 +76,23 @@ def test_sigterm_ends_streams_at_once_and_the_worker_finishes_its_segment_within
     assert (row.status, row.output) == ("completed", "done"), "the segment in flight finished within the grace"
     assert workers.alive_count(LeasePolicy(5).worker_alive_window) == 0, "the worker said goodbye (stop(grace))"
     assert not [pid for pid in processes if os.path.exists(f"/proc/{pid}")], "no process is left behind"
+
+
+def _worker_pids(served) -> list[int]:
+    return [pid for pid in process_tree(served.proc.pid)
+            if b"\0worker\0" in open(f"/proc/{pid}/cmdline", "rb").read()]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_worker_that_dies_is_started_again_and_runs_go_on(database_url, tmp_path):
+    served = start_serve(database_url, tmp_path / "serve.log", *STEPS, "--poll-interval", "0.05")
+    try:
+        first = wait_until(lambda: _worker_pids(served), timeout=30, what="the worker beside the API")
+        os.kill(first[0], signal.SIGKILL)
+        again = wait_until(lambda: [p for p in _worker_pids(served) if p not in first], timeout=60,
+                           what="serve to start the worker again")
+        assert len(again) == 1
+        run_id = runs.create_run(ACTOR, steps_input({"event": "after the restart"}))
+        wait_until(lambda: run_row(run_id).status == "completed", timeout=60, what="the new worker to run it")
+    finally:
+        assert served.stop() == 0, served.log()[-3000:]
