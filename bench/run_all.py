@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench_waiting.py",
     "bench_push.py",
     "bench_decisions.py",
+    "bench_serving.py",
 ]
 
 

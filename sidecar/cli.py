@@ -17,6 +17,7 @@ from .config import Settings
 from .domain.lease import LeasePolicy
 from .keys import SecretKeysError
 from .plugins import PluginLoadError
+from .serving.server import DEFAULT_THREADS, DEFAULT_WORKERS
 from .store import db, leases, migrations
 
 _bind = bootstrap.from_env
@@ -153,37 +154,41 @@ def reap(limit: int) -> None:
 @click.option("--port", default=8780, show_default=True, type=int)
 @click.option("--no-worker", is_flag=True, help="Serve the API only; workers run elsewhere.")
 @click.option("--demo", is_flag=True, help="Also start a demo: two runs that wait, and how to watch and approve them.")
+@click.option("--workers", default=DEFAULT_WORKERS, show_default=True, type=click.IntRange(min=1),
+              help="HTTP worker processes (gunicorn).")
+@click.option("--threads", default=DEFAULT_THREADS, show_default=True, type=click.IntRange(min=2),
+              help="Threads of each HTTP worker: an open event stream holds one.")
 @_with_worker_options
-def serve(host, port, no_worker, demo, concurrency, poll_interval, executor, grace) -> None:
-    """Serve the HTTP API (migrating the database first), with an embedded worker unless --no-worker."""
-    from werkzeug.serving import make_server
+def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_interval, executor, grace) -> None:
+    """Serve the HTTP API with gunicorn (migrating the database first), with a worker beside it unless --no-worker.
 
-    from .api import create_app
+    SIGTERM stops gracefully (requests finish, streams end, the worker gets its --grace); SIGHUP replaces
+    the HTTP workers and the worker without dropping requests."""
+    from .serving.server import Companion, ServeOptions, SidecarServer
+    from .store import db as store_db
 
     if demo:
         from . import demo as demo_setup
 
-        demo_setup.allow_demo_agent()  # before the settings are read: the demo agent listens on 127.0.0.1
-    settings = _bind(migrate=True)
-    app = create_app(settings, bind_database=False)
-    server = make_server(host, port, app, threaded=True)
-    embedded = None if no_worker else _make_worker(settings, concurrency, poll_interval, executor)
+        # Before the settings are read, and inherited by the worker process: the demo agent is on 127.0.0.1.
+        demo_setup.allow_demo_agent()
+    settings = _bind(migrate=True)  # here, once: a broken plugin or an old schema stops serve before it listens
+    companion = None
+    if not no_worker:
+        argv = [sys.executable, "-m", "sidecar.cli", *(["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG)
+                                                        else []),
+                "worker", "--concurrency", str(concurrency), "--poll-interval", str(poll_interval),
+                "--executor", executor, "--grace", str(grace)]
+        companion = Companion(argv, grace)
 
-    def stop():
-        if embedded:
-            embedded.stop(grace)
-            _exit_stopped()  # right after the hand-back, not after the server's next poll
-        server.shutdown()
+    def on_ready(bound_port: int) -> None:
+        if demo:
+            shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+            click.echo(demo_setup.prepare(settings, f"http://{shown}:{bound_port}"))
+        store_db.close_all()  # the HTTP workers are forked next: no connection may be shared with them
+        click.echo(f"nrllm-sidecar listening on http://{host}:{bound_port}", err=True)
 
-    _on_termination(stop)
-    if demo:
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        click.echo(demo_setup.prepare(settings, f"http://{shown}:{server.server_port}"))
-    if embedded:
-        embedded.start()
-    click.echo(f"nrllm-sidecar listening on http://{host}:{server.server_port}", err=True)
-    server.serve_forever()
-    _exit_stopped()  # serve_forever returns only after stop() above
+    SidecarServer(ServeOptions(host, port, workers, threads), companion, on_ready).run()
 
 
 from .commands import keys_group, runs_group, token_group  # noqa: E402 - subcommand groups live in their own module

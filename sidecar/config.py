@@ -31,6 +31,19 @@ def _duration_env(env, name: str) -> timedelta | None:
         raise SystemExit(f"{name}: {exc}") from None
 
 
+def _int_env(env, name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a whole number, not {raw!r}") from None
+    if value <= 0:
+        raise SystemExit(f"{name} must be positive, not {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     instance_path: Path
@@ -49,6 +62,12 @@ class Settings:
     openai_timeout: float = 20.0
     # Finished runs older than this are purged by every worker once a day; None keeps them forever.
     retention: timedelta | None = None
+    # Serving (docs/deploy.md, docs/security.md): reading a request, open event streams, cross-origin callers.
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    streams_per_token: int = 100
+    streams_per_process: int = 2000
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def provider_timeout(self) -> float:
@@ -74,4 +93,10 @@ class Settings:
             openai_model=env.get("NRLLM_OPENAI_MODEL") or None,
             openai_timeout=_float_env(env, "NRLLM_OPENAI_TIMEOUT", 20.0),
             retention=_duration_env(env, "NRLLM_RETENTION"),
+            header_timeout=_float_env(env, "NRLLM_HEADER_TIMEOUT", 10.0),
+            body_timeout=_float_env(env, "NRLLM_BODY_TIMEOUT", 30.0),
+            streams_per_token=_int_env(env, "NRLLM_STREAMS_PER_TOKEN", 100),
+            streams_per_process=_int_env(env, "NRLLM_STREAMS_PER_PROCESS", 2000),
+            cors_origins=tuple(o.strip().rstrip("/") for o in env.get("NRLLM_CORS_ORIGINS", "").split(",")
+                               if o.strip()),
         )

@@ -2,6 +2,7 @@
 
 from prometheus_client import REGISTRY
 
+from sidecar.api import event_hub, streaming
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import leases, runs
 from sidecar.store.events import list_events
@@ -80,3 +81,19 @@ def test_events_answer_json_unless_the_client_asks_for_a_stream(client, host_tok
     run_id = runs.create_run(ACTOR, "plain")
     response = client.get(f"/api/v1/runs/{run_id}/events", headers={**as_host(host_token), "Accept": "*/*"})
     assert response.mimetype == "application/json" and len(response.json["items"]) == 1
+
+
+def test_an_idle_stream_sends_keep_alives_and_wakes_when_its_run_moves(database_url):
+    run_id = runs.create_run(ACTOR, "stays queued")
+    messages = streaming.run_events(run_id, 0, keepalive=0.3)
+    try:
+        assert next(messages).startswith("retry: ")
+        assert "event: run_event" in next(messages)
+        assert next(messages) == ": keep-alive\n\n", "nothing moved: a keep-alive after the quiet time"
+        # Written by another connection of this process: the process's feed (LISTEN, or the poll) wakes it.
+        runs.request_cancel(run_id, by="test")
+        rest = list(messages)
+        assert "event: run\n" in rest[-1] and '"status": "cancelled"' in rest[-1]
+    finally:
+        messages.close()
+    assert event_hub.hub().watched() == 0, "the stream's watch went with it"

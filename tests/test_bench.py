@@ -19,6 +19,8 @@ from tests.helpers import ROOT
 STORE_ROW = re.compile(r"^(sqlite|postgresql)\s+([124])\s+(\d+)\s+(\d+)\s+(\d+)\s", re.MULTILINE)
 # bench_waiting's and bench_push's rows: a database, then its figures (decimals).
 FIGURES_ROW = r"^(sqlite|postgresql)((?:\s+[+-]?\d+(?:\.\d+)?){%d})\s"
+# bench_serving's rows: a database, a phase, its rate, requests and errors.
+SERVING_ROW = re.compile(r"^(sqlite|postgresql)\s+(create|read|health)\s+\d+\s+(\d+)\s+(\d+)\s", re.MULTILINE)
 
 
 def _section(output: str, name: str) -> str:
@@ -42,7 +44,7 @@ def _require_postgres() -> None:
 def test_every_benchmark_runs_quick_and_prints_its_figures():
     _require_postgres()
     result = subprocess.run(
-        [sys.executable, "bench/run_all.py", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=240
+        [sys.executable, "bench/run_all.py", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=420
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
@@ -53,3 +55,7 @@ def test_every_benchmark_runs_quick_and_prints_its_figures():
     for name, columns in (("bench_waiting.py", 9), ("bench_push.py", 4)):
         rows = dict(re.findall(FIGURES_ROW % columns, _section(result.stdout, name), re.MULTILINE))
         assert set(rows) == {"sqlite", "postgresql"}, output
+    serving = SERVING_ROW.findall(_section(result.stdout, "bench_serving.py"))
+    assert {(d, phase) for d, phase, _, _ in serving} == {
+        (d, phase) for d in ("sqlite", "postgresql") for phase in ("create", "read", "health")}, output
+    assert all(int(requests) > 0 and int(errors) == 0 for _, _, requests, errors in serving), output

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from sidecar.store import grants, notes, runs
+from sidecar.api import streaming
+from sidecar.store import grants, notes, runs, tokens
 from sidecar.store.models import Decision, IdempotencyRecord, Run
 from tests.api_helpers import ACTOR, OTHER_ACTOR, as_host, as_operator
 from tests.decision_helpers import (
@@ -455,3 +456,20 @@ def test_the_grants_command_sets_and_shows_grants(database_url, tmp_path):
     assert cli("set", GRANTEE, "agent:delete").returncode == 2
     assert cli("set", GRANTEE, "--workspace", "4").stdout == ""
     assert grants.by_workspace(GRANTEE) == {"0": ["agent:input"]}
+
+
+def test_a_decision_whose_stream_is_over_the_limit_is_refused_before_it_is_taken(client, host_token, settings):
+    run_id = paused_run(settings=settings)
+    before = state()
+    token_id = tokens.lookup(host_token).id
+    held = [streaming.SLOTS.take(token_id, settings.streams_per_token, settings.streams_per_process)
+            for _ in range(settings.streams_per_token)]
+    try:
+        response = post(client, run_id, body(run_id, mode="now"), host_token, Accept="text/event-stream")
+        assert response.status_code == 429 and response.json["code"] == "too_many_streams"
+        assert response.headers["Retry-After"].isdigit()
+        assert state() == before, "the pause is still to be decided"
+    finally:
+        for slot in held:
+            slot.release()
+    assert streaming.SLOTS.open_count() == 0

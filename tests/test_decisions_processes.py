@@ -16,6 +16,7 @@ from sidecar.store.models import Decision, ModelTurn
 from tests.api_helpers import as_host
 from tests.decision_helpers import body, kinds, paused_run, payloads
 from tests.helpers import ROOT, run_row, start_worker, stop_process, wait_until
+from tests.serve_support import process_tree
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,8 @@ def test_decide_now_killed_mid_segment_is_completed_by_a_worker_once(database_ur
                    timeout=30, what="the decide-now segment to reach the slow tool")
         holder = run_row(run_id).lease_holder
         assert holder.startswith("decide-now:") and notes.of_run(run_id) == ["hello"]
-        os.kill(serve.pid, signal.SIGKILL)
+        for pid in process_tree(serve.pid):  # serve and the HTTP worker serving the request: a crash
+            os.kill(pid, signal.SIGKILL)
         serve.wait(10)
         deciding.join(30)
         assert isinstance(answers[0], requests.RequestException), "the request died with its process"

@@ -7,7 +7,7 @@ from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
-from . import access, auth, decisions, grants, health, metrics, parsing, remote_agents, runs
+from . import access, auth, decisions, grants, headers, health, metrics, parsing, remote_agents, runs, streaming
 from . import compat as compat_views
 from . import push as push_views
 from .errors import SidecarApi
@@ -34,6 +34,8 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     )
     # First: every answer, a refused one too, carries its request id and gets its access log line.
     access.install(app)
+    # A browser's preflight (from an origin NRLLM_CORS_ORIGINS lists) carries no token: answered first.
+    app.before_request(headers.answer_preflight)
     # Before any view, and for routes that do not exist too: 401 unless the view is public.
     app.before_request(auth.authenticate)
     app.before_request(parsing.refuse_unstorable_in_url)
@@ -53,11 +55,15 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         for blueprint in blueprints or []:
             api.register_blueprint(blueprint)
 
+    app.after_request(headers.add_headers)
+    app.teardown_request(streaming.release_unused)
+
     @app.teardown_request
     def _return_connection(_exc):
-        # Request threads come and go; give each request's connection back (to the pool, or closed). One
-        # that cannot be given back (the server went away) is discarded, never kept for the next request.
-        db.release_connection()
+        # Request threads live long (gunicorn's pool): give each request's pooled connection back, or discard
+        # one that cannot be given back (the server went away). A SQLite connection stays with its thread:
+        # opening one (with its pragmas) costs as much as a small request.
+        db.release_connection(pooled_only=True)
 
     return app
 

@@ -61,6 +61,8 @@ class RunDecision(MethodView):
         who = principal()
         body = {**body, "pause_id": str(body["pause_id"])}
         now = body["mode"] == "now"
+        if now and streaming.wants_stream():
+            streaming.reserve()  # a stream refused by its limits must not leave the decision taken
         lease = LeasePolicy(current_app.config["NRLLM_SETTINGS"].lease_seconds)
         holder = holder_name() if now else None
         decision = service.DecisionRequest(

@@ -20,21 +20,28 @@ _DEFAULT_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "invalid_state",
+    408: "request_timeout",
     413: "too_large",
+    414: "request_line_too_long",
     415: "malformed_request",
     422: "validation_failed",
+    429: "too_many_requests",
+    431: "headers_too_large",
+    505: "http_version_not_supported",
 }
 
 
 class ApiError(HTTPException):
     """Raised by views and services' adapters: status, contract code, message, optional field errors."""
 
-    def __init__(self, status: int, code: str, message: str, errors: dict | None = None):
+    def __init__(self, status: int, code: str, message: str, errors: dict | None = None,
+                 headers: dict | None = None):
         super().__init__(message)
         self.code = status
         self.error_code = code
         self.message = message
         self.errors = errors
+        self.headers = headers or {}
 
 
 def _flatten(messages) -> dict[str, list[str]]:
@@ -63,6 +70,11 @@ def error_responses(*statuses: int) -> dict:
     components flask-smorest registers (HTTPStatus names): a name typed by hand can miss one, and an
     OpenAPI document with a reference to nothing does not validate."""
     return {status: HTTPStatus(status).name for status in statuses}
+
+
+def default_code(status: int, name: str) -> str:
+    """The code of an error answer nothing more specific was said about (the server's own errors too)."""
+    return _DEFAULT_CODES.get(status, name.lower().replace(" ", "_"))
 
 
 def error_body(status: int, code: str, message: str, errors: dict | None = None) -> dict:
@@ -126,13 +138,13 @@ class SidecarApi(Api):
 
     def handle_http_exception(self, error):
         if isinstance(error, ApiError):
-            return error_body(error.code, error.error_code, error.message, error.errors), error.code
+            return error_body(error.code, error.error_code, error.message, error.errors), error.code, error.headers
         status = error.code or 500
         data = getattr(error, "data", None) or {}
         errors = _flatten(data.get("messages")) if "messages" in data else data.get("errors")
         if status == 500:
             return error_body(500, "internal_error", "the sidecar failed to answer; see its log"), 500
-        code = _DEFAULT_CODES.get(status, error.name.lower().replace(" ", "_"))
+        code = default_code(status, error.name)
         message = data.get("message") or error.description or error.name
         if status == 422 and errors:
             message = "the request has fields that are missing or of the wrong type or value"

@@ -63,7 +63,7 @@ class Coordinator:
     def start(self) -> None:
         wakeup.subscribe_coordinator(self._wake)
         if notify.can_listen():
-            self._listener = notify.Listener(self._wake.set)
+            self._listener = notify.Listener(lambda _payloads: self._wake.set())
             self._listener.start()
         self._thread = threading.Thread(target=self._loop, name="coordinator", daemon=True)
         self._thread.start()

@@ -25,6 +25,8 @@ DatabaseError = PeeweeException
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 15
 TRANSIENT_RETRIES = 8
+POOL_SIZE = 16
+POOL_WAIT_SECONDS = 10
 
 
 class SidecarSqliteDatabase(SqliteDatabase):
@@ -109,8 +111,12 @@ def connect(url: str):
         "database": parsed.path.lstrip("/"),
         "host": parsed.hostname or "127.0.0.1",
         "user": parsed.username,
-        "max_connections": int(query.pop("max_connections", 64)),
+        # Per process. serve runs three (two HTTP workers and the worker): 48 of a server's default 100.
+        "max_connections": int(query.pop("max_connections", POOL_SIZE)),
         "stale_timeout": 300,
+        # A thread that finds the pool empty waits for a connection (a burst of requests queues) instead of
+        # failing at once; after this many seconds it fails.
+        "timeout": POOL_WAIT_SECONDS,
     }
     if parsed.port:
         common["port"] = parsed.port
@@ -133,6 +139,16 @@ def bind(url: str):
     db = connect(url)
     database.initialize(db)
     return db
+
+
+def close_all() -> None:
+    """Close every connection this process holds (a pool's idle ones too): before it forks, for instance."""
+    if database.obj is None:
+        return
+    if not database.is_closed():
+        database.close()
+    if hasattr(database.obj, "close_all"):
+        database.obj.close_all()
 
 
 def ping() -> None:

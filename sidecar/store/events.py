@@ -6,8 +6,8 @@ import logging
 from collections.abc import Callable
 
 from ..domain.clock import utcnow
-from . import statements
-from .db import database, updated_value
+from . import notify, statements
+from .db import database, dialect, updated_value
 from .models import Run, RunEvent
 
 log = logging.getLogger("nrllm_sidecar.store")
@@ -52,6 +52,7 @@ def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     """Insert the event numbered `sequence`, a number the caller took by bumping the run's counter in this
     transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
     statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True))
+    notify.run_event(run_id)
     if (listener := _listeners.get(kind)) is not None:
         database.after_commit(lambda: _tell(listener, run_id, kind, payload))
 
@@ -67,3 +68,26 @@ def list_events(run_id: str, after: int = 0, limit: int = 1000) -> list[dict]:
         {"sequence": e.sequence, "kind": e.kind, "at": e.at, "payload": json.loads(e.payload)}
         for e in query
     ]
+
+
+POSITIONS_CHUNK = 500
+
+
+def positions(run_ids) -> dict[str, int]:
+    """The sequence of each run's last event (runs that no longer exist are left out): what an event stream's
+    poll compares to tell which runs moved. One indexed read per chunk of ids."""
+    ids = list(run_ids)
+    found: dict[str, int] = {}
+    for start in range(0, len(ids), POSITIONS_CHUNK):
+        chunk = ids[start:start + POSITIONS_CHUNK]
+        found.update(Run.select(Run.id, Run.last_event_sequence).where(Run.id.in_(chunk)).tuples())
+    return found
+
+
+def change_marker() -> int | None:
+    """SQLite: a number that changes whenever another connection commits to the file (PRAGMA data_version),
+    so a poll can skip reading positions while nothing was written. Meaningful only on a connection kept
+    open between calls. None elsewhere: there is nothing as cheap."""
+    if dialect() != "sqlite":
+        return None
+    return database.execute_sql("PRAGMA data_version").fetchone()[0]

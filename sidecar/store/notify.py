@@ -5,6 +5,9 @@ its transaction: PostgreSQL delivers the notification at commit, and never for a
 back. Every coordinator holds a `Listener`: a dedicated autocommit connection (a pooled one would be
 handed to other threads, and LISTEN belongs to a session), watched with select(). SQLite and MariaDB have
 nothing of the kind: there the coordinator polls the due index at most every 250 ms instead.
+
+The same pieces tell the API's event streams that a run has new events: every event written on
+PostgreSQL notifies RUN_EVENTS_CHANNEL with the run's id (sidecar/api/event_hub.py listens).
 """
 
 import contextlib
@@ -17,6 +20,7 @@ from .db import Reconnect, database, dialect
 log = logging.getLogger("nrllm_sidecar.notify")
 
 CHANNEL = "nrllm_dependency_due"
+RUN_EVENTS_CHANNEL = "nrllm_run_events"
 RECONNECT_SECONDS = 1.0
 MIN_RECONNECT_SECONDS = 0.1
 
@@ -27,19 +31,30 @@ def notify() -> None:
         database.execute_sql(f"NOTIFY {CHANNEL}")
 
 
+def run_event(run_id: str) -> None:
+    """Inside the transaction that writes an event of the run: tell the listening streams at commit.
+
+    PostgreSQL folds identical notifications of one transaction into one, so a run's several events in a
+    transaction cost one notification."""
+    if dialect() == "postgresql":
+        database.execute_sql("SELECT pg_notify(%s, %s)", (RUN_EVENTS_CHANNEL, run_id))
+
+
 def can_listen() -> bool:
     return dialect() == "postgresql"
 
 
 class Listener:
-    """Calls `on_notify` (from its own thread) for every batch of notifications on CHANNEL.
+    """Calls `on_notify(payloads)` (from its own thread) for every batch of notifications on `channel`.
 
-    After a (re)connection it calls it once as well: notifications sent while it was not listening are
-    lost, so the coordinator must look at the due index anyway.
+    After a (re)connection it calls `on_notify(None)`: notifications sent while it was not listening are
+    lost, so the listener's owner must look at everything anyway.
     """
 
-    def __init__(self, on_notify):
+    def __init__(self, on_notify, *, channel: str = CHANNEL, name: str = "coordinator-listen"):
         self.on_notify = on_notify
+        self.channel = channel
+        self.name = name
         self._stopping = threading.Event()
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
@@ -49,7 +64,7 @@ class Listener:
         return self._listening.is_set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="coordinator-listen", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -64,7 +79,7 @@ class Listener:
         conn = psycopg2.connect(dbname=db.database, **db.connect_params)
         conn.autocommit = True  # a LISTEN inside an open transaction would hear nothing until it ends
         with conn.cursor() as cur:
-            cur.execute(f"LISTEN {CHANNEL}")
+            cur.execute(f"LISTEN {self.channel}")
         return conn
 
     def _run(self) -> None:
@@ -76,18 +91,19 @@ class Listener:
                 conn = self._connect()
                 reconnect.after_success()
                 self._listening.set()
-                self.on_notify()
+                self.on_notify(None)
                 while not self._stopping.is_set():
                     # A timeout, so stop() is noticed; a notification ends the select at once.
                     if select.select([conn], [], [], 0.5)[0]:
                         conn.poll()
                         if conn.notifies:
+                            payloads = tuple(n.payload for n in conn.notifies)
                             conn.notifies.clear()
-                            self.on_notify()
+                            self.on_notify(payloads)
             except Exception as exc:  # any lost connection: listen again, and meanwhile poll
                 if (pause := reconnect.after_failure(exc)) is None:  # None: not an outage (logged once)
                     pause = RECONNECT_SECONDS
-                    log.warning("listening for coordinator wake-ups failed (%s); reconnecting", exc)
+                    log.warning("%s: listening on %s failed (%s); reconnecting", self.name, self.channel, exc)
             finally:
                 self._listening.clear()
                 if conn is not None:

@@ -1,0 +1,154 @@
+"""The gunicorn worker class of the sidecar: gunicorn's threaded worker, hardened (docs/security.md).
+
+- Errors gunicorn answers itself, before the app sees a request (a malformed request line, 414, 431, 505,
+  a read deadline passed), are written in the API's error shape as JSON, not gunicorn's HTML.
+- Read deadlines: a request's headers must arrive within NRLLM_HEADER_TIMEOUT seconds of the worker
+  starting to read them, its body within NRLLM_BODY_TIMEOUT seconds after the headers; a client that
+  sends half a request and stalls gets 408 and its connection closed (gunicorn alone would keep a thread
+  waiting on it for as long as the client likes).
+- Stopping (SIGTERM, and the old workers of a reload) ends every event stream at once, so clients
+  reconnect with Last-Event-ID to a worker that stays, instead of holding this one until the graceful
+  timeout kills it.
+- The streams one process accepts stay below its threads, so other requests always find a thread.
+
+Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.http_worker.SidecarWorker`.
+"""
+
+import json
+import threading
+import time
+
+from gunicorn import util
+from gunicorn.http import errors as http_errors
+from gunicorn.http.parser import RequestParser
+from gunicorn.http.unreader import SocketUnreader
+from gunicorn.workers.gthread import TConn, ThreadWorker
+from werkzeug.exceptions import RequestTimeout
+
+from ..api import event_hub, streaming
+from ..api.errors import default_code, error_body
+from ..config import Settings
+
+
+def threads_kept_free(threads: int) -> int:
+    """Threads of a worker that event streams may not take: for health checks and the other requests."""
+    return min(64, max(2, threads // 4))
+
+
+class ReadTimedOut(RequestTimeout):
+    """A request did not arrive in time. A werkzeug HTTP error, so a body read in the app answers 408 too."""
+
+    def __init__(self, what: str):
+        super().__init__(f"{what} did not arrive in time; the connection is closed")
+
+
+class DeadlineConn(TConn):
+    """A connection whose reads of the current request stop at `read_deadline` (None: no deadline)."""
+
+    read_deadline: float | None = None
+    reading = "the request"
+
+    def init(self):
+        fresh = self.parser is None
+        super().init()
+        if fresh and type(self.parser) is RequestParser and type(self.parser.unreader) is SocketUnreader:
+            self.parser.unreader = DeadlineUnreader(self)
+
+
+class DeadlineUnreader(SocketUnreader):
+    def __init__(self, conn: DeadlineConn):
+        super().__init__(conn.sock)
+        self.conn = conn
+
+    def chunk(self, size_hint=None):
+        deadline = self.conn.read_deadline
+        if deadline is None:
+            return super().chunk(size_hint)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ReadTimedOut(self.conn.reading)
+        self.sock.settimeout(remaining)
+        try:
+            return super().chunk(size_hint)
+        except TimeoutError:
+            raise ReadTimedOut(self.conn.reading) from None
+        finally:
+            self.sock.settimeout(None)
+
+
+# Errors gunicorn raises while it reads a request, and how they are answered: status, reason, message.
+_ANSWERS = [
+    (http_errors.LimitRequestLine, 414, "URI Too Long", "the request line is longer than this server accepts"),
+    (http_errors.LimitRequestHeaders, 431, "Request Header Fields Too Large",
+     "the request has more header fields, or larger ones, than this server accepts"),
+    (http_errors.InvalidHTTPVersion, 505, "HTTP Version Not Supported", "this server speaks HTTP/1.0 and HTTP/1.1"),
+    (http_errors.UnsupportedTransferCoding, 501, "Not Implemented", "the request's transfer coding is not supported"),
+    (http_errors.ExpectationFailed, 417, "Expectation Failed", "the request's Expect header cannot be met"),
+    (http_errors.ForbiddenProxyRequest, 403, "Forbidden", "the request is forbidden"),
+    (ReadTimedOut, 408, "Request Timeout", None),
+]
+_APP_FAULTS = (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName)
+
+
+def error_answer(exc: Exception) -> tuple[int, str, str]:
+    """(status, reason, message) of the answer to an error raised while serving a connection."""
+    if isinstance(exc, _APP_FAULTS):
+        return 500, "Internal Server Error", "the sidecar failed to answer; see its log"
+    for kind, status, reason, message in _ANSWERS:
+        if isinstance(exc, kind):
+            return status, reason, message or str(exc.description)
+    if isinstance(exc, http_errors.ParseException):
+        return 400, "Bad Request", "the request is not valid HTTP/1.1"
+    return 500, "Internal Server Error", "the sidecar failed to answer; see its log"
+
+
+def raw_error(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP answer in the API's error shape, for a connection the app never saw."""
+    body = json.dumps(error_body(status, default_code(status, reason), message)).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+class SidecarWorker(ThreadWorker):
+    def init_process(self):
+        settings = Settings.from_env()
+        self.header_timeout = settings.header_timeout
+        self.body_timeout = settings.body_timeout
+        streaming.SLOTS.thread_bound = max(1, self.cfg.threads - threads_kept_free(self.cfg.threads))
+        super().init_process()
+
+    def enqueue_req(self, conn):
+        if type(conn) is TConn:
+            conn.__class__ = DeadlineConn  # gthread makes plain connections; this one also keeps deadlines
+        super().enqueue_req(conn)
+
+    def handle(self, conn):
+        conn.read_deadline = time.monotonic() + self.header_timeout
+        conn.reading = "the request's line and headers"
+        return super().handle(conn)
+
+    def handle_request(self, req, conn):
+        conn.read_deadline = time.monotonic() + self.body_timeout
+        conn.reading = "the request's body"
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            conn.read_deadline = None  # the answer is written; draining the rest of a body has its own bound
+
+    def handle_exit(self, sig, frame):
+        # Off the signal handler: closing waits for the feed's listener to stop.
+        threading.Thread(target=event_hub.close, name="end-streams", daemon=True).start()
+        super().handle_exit(sig, frame)
+
+    def handle_error(self, req, client, addr, exc):
+        status, reason, message = error_answer(exc)
+        ip = (addr or ("",))[0]
+        if status == 500:
+            self.log.exception("Error handling request from ip=%s", ip)
+        else:
+            self.log.warning("Invalid request from ip=%s: %s", ip, exc)
+        try:
+            util.write_nonblock(client, raw_error(status, reason, message))
+        except Exception:
+            self.log.debug("Failed to send error message.")

@@ -1,0 +1,100 @@
+"""A real `nrllm-sidecar serve` process (gunicorn, its HTTP workers, the worker beside them) and raw HTTP."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.helpers import ROOT, stop_process, wait_until
+
+STEPS = ("--executor", "sidecar.testing:StepExecutor")
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self, timeout: float = 60.0) -> int:
+        return stop_process(self.proc, timeout)
+
+
+def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None = None) -> Served:
+    """Start `serve --port 0` against the database; return once it says where it listens."""
+    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": "5", **(env or {})}
+    log = open(log_path, "w")  # noqa: SIM115 - owned by the process; a file never blocks it as a full pipe would
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--port", "0", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=log)
+
+    def port():
+        assert proc.poll() is None, f"serve ended: {log_path.read_text()[-3000:]}"
+        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log_path.read_text())
+        return int(match.group(1)) if match else None
+
+    served = Served(proc, wait_until(port, timeout=60, what="serve to listen"), log_path)
+    wait_until(lambda: _answers(served.port), timeout=60, what="an HTTP worker to answer")
+    return served
+
+
+def _answers(port: int) -> bool:
+    try:
+        return raw_request(port, b"GET /api/v1/health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")[0] > 0
+    except OSError:
+        return False
+
+
+def raw_request(port: int, data: bytes, timeout: float = 30.0) -> tuple[int, dict, bytes]:
+    """Send bytes as they are; read the answer until the server closes. (status, headers, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        return parse_answer(read_until_closed(sock))
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def parse_answer(raw: bytes) -> tuple[int, dict, bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, body
+
+
+def process_tree(pid: int) -> list[int]:
+    """The process and its descendants (Linux /proc)."""
+    found = [pid]
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        found.extend(process_tree(int(child)))
+    return found
+
+
+def cpu_seconds(pids) -> float:
+    """User and system CPU time the processes used so far (Linux /proc/<pid>/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
