@@ -18,13 +18,14 @@ import os
 import shlex
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from .config import Settings
 from .demo_agent import DemoAgent
 from .domain.errors import NotFound
 from .domain.vocabulary import RunStatus
-from .store import consumers, pauses, remote_agents, runs, tokens
+from .store import consumers, remote_agents, runs, tokens
 from .store.remote_agents import AgentFields
 
 log = logging.getLogger("nrllm_sidecar.demo")
@@ -109,16 +110,26 @@ def _open_gate_if_never_reported() -> bool:
     return False
 
 
-def _announce_approval(run_id: str, api: str, auth: str) -> None:
-    """Print the command that approves the run once it waits for approval (the pause id exists only then)."""
+def _announce_approval(run_id: str, api: str, auth: str, token: str) -> None:
+    """Print the command that approves the run once it waits for approval (the pause id exists only then).
+
+    It follows the run over the API, as a host would, and never through the database: under `serve` this
+    thread lives in the server's main process, whose connections are closed before the HTTP workers are
+    forked from it."""
+    request = urllib.request.Request(f"{api}/runs/{run_id}",
+                                     headers={"Authorization": f"Bearer {token}", "X-Nrllm-Actor": DEMO_ACTOR})
     while True:
-        run = runs.get_run(run_id)
-        if run is None or RunStatus(run.status).is_terminal:
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                run = json.load(answer)
+        except (OSError, ValueError):
+            run = None  # not listening yet, or a passing failure: ask again
+        if run is not None and RunStatus(run["status"]).is_terminal:
             return
-        shown = pauses.person_view(run) if run.status == RunStatus.WAITING_FOR_APPROVAL else None
-        if shown:
-            body = json.dumps({"pause_id": shown["pause_id"], "generation": shown["generation"],
-                               "decision": "approve", "turn_digest": shown["turn_digest"]})
+        waiting = (run or {}).get("waiting") or {}
+        if run is not None and run["status"] == RunStatus.WAITING_FOR_APPROVAL:
+            body = json.dumps({"pause_id": waiting["pause_id"], "generation": waiting["generation"],
+                               "decision": "approve", "turn_digest": waiting["turn_digest"]})
             print("\n".join([
                 "",
                 "The approval run waits for approval of write_note. Approve it (the run then completes):",
@@ -143,7 +154,7 @@ def prepare(settings: Settings, base_url: str) -> str:
                                 spec=APPROVAL_SPEC)
     api = f"{base_url}/api/v1"
     auth = f'-H "Authorization: Bearer $NRLLM_TOKEN" -H "X-Nrllm-Actor: {DEMO_ACTOR}"'
-    threading.Thread(target=_announce_approval, args=(approving, api, auth), name="demo-announce",
+    threading.Thread(target=_announce_approval, args=(approving, api, auth, token), name="demo-announce",
                      daemon=True).start()
     body = shlex.quote('{"input": "hello again", "script": [{"content": "hi"}]}')
     token_file = settings.instance_path / DEMO_TOKEN_FILE
