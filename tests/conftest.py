@@ -15,6 +15,7 @@ from sidecar.store import db as store_db
 from sidecar.store import migrations
 from sidecar.store.models import BaseModel, SchemaMigration
 from tests.api_helpers import TEST_SECRET_KEY
+from tests.private_servers import private_mariadb, private_postgres  # noqa: F401 - fixtures for the tests
 
 PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_ADMIN = os.environ.get("NRLLM_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
