@@ -1,0 +1,413 @@
+"""Chaos suite: seeded, randomized fault schedules over real worker processes, a real A2A peer and real databases.
+
+    .venv/bin/python bench/chaos.py --seed 1 --schedules 200 --databases sqlite,postgresql
+    .venv/bin/python bench/chaos.py --seed 1 --schedules 6 --quick --faults kill,peer-500
+    .venv/bin/python bench/chaos.py --seed 1 --only 17 --databases postgresql --faults ...   # one schedule again
+
+A schedule (drawn from a random generator seeded with the seed and its number) is: a fresh database, 2 or 3
+`nrllm-sidecar worker` processes, a real a2a-sdk peer process (tests/a2a_peer.py) behind a proxy that injects
+faults, on half of the schedules an API process that takes the peer's pushes, 10 to 24 runs (half of them
+delegate to the peer, the others use local tools only), and 1 to 4 faults at random times of the first
+seconds. Fault kinds (--faults, any combination):
+
+  kill           SIGKILL of a worker at a random moment; it is started again after a while
+  kill-journal   a worker is replaced by one that kills itself right after a delegation's journal commit
+  kill-send      ... right after a delegation's request was sent, before its outcome is recorded
+  term           SIGTERM of a worker (graceful stop, --grace 1); started again after it exited
+  db             the database server (a private PostgreSQL cluster or MariaDB instance) stopped, then started
+  peer-500       the proxy answers HTTP 500 (the peer never sees the request)
+  peer-close     the proxy closes the connection without answering (the peer never sees the request)
+  peer-json      the proxy answers 200 with a body that is not JSON (the peer never sees the request)
+  peer-hang      the request reaches the peer, its answer is held past the caller's timeout
+  peer-lose      the request reaches the peer, its answer is dropped (a lost answer)
+  peer-restart   the peer process is killed and a new one, which knows no task, starts on the same port
+
+Once the faults stop, the workers keep running for a bounded settle period; then the checks:
+  terminal     every run created exists and is terminal (nothing lost, nothing stuck)
+  message ids  no message id reached the peer twice (the peer records every request it receives)
+  effects      no `tally` call ran twice (every execution appends to a file), and every completed run's ran
+  events       every run's event sequence is 1..n without a gap, n its last_event_sequence
+  timeouts     no delegation resolved `timeout` while its remote task had finished (and the peer still knew
+               it) well before the deadline
+  answers      every completed delegating run got its own remote answer, an `error:` or a `timeout:`
+  workers      no worker process exited by itself
+A failed check prints the seed, the schedule and what failed (the schedule's logs are kept); exit status 1.
+"""
+
+import argparse
+import collections
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import chaos_parts
+from chaos_parts import WORKER_GRACE, ApiProcess, Databases, PeerProcess, WorkerSlot, schedule_directory
+from harness import DIALECTS, close_connections
+
+from sidecar import bootstrap
+from sidecar.config import Settings
+from sidecar.domain.sealing import generate_key
+from sidecar.store import consumers, db, remote_agents, runs
+from sidecar.store.models import Run, WorkerHeartbeat
+from sidecar.store.remote_agents import AgentFields
+from tests.lossy_proxy import FaultyProxy
+
+FAULT_KINDS = ("kill", "kill-journal", "kill-send", "term", "db", "peer-500", "peer-close", "peer-json",
+               "peer-hang", "peer-lose", "peer-restart")
+FAILPOINTS = {"kill-journal": "delegation.after_journal", "kill-send": "delegation.after_send"}
+WORKER_FAULTS = ("kill", "term", *FAILPOINTS)
+LEASE = 2.0  # seconds; every remote call's timeout is a quarter of it
+DEADLINE = 8.0  # the remote agent's deadline_seconds
+POLL = 0.2  # the remote agent's poll interval
+HANG = 2.5  # a held answer: past every timeout of a call (three quarter-leases)
+# A task that finished this long before a delegation's deadline should have been seen by then.
+SEEN_WITHIN = 2.0
+RESTART_SLACK = 2.0  # seconds a restarted process needs before it works again
+AGENT = "chaos"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    delegates: bool
+    sleep: float  # the `sleep` tool's seconds (local runs), so that faults land in the middle of segments
+    message: str  # what the peer is asked (delegating runs): work:<s>:<answer> or complete:<answer>
+    answer: str
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds after every worker is up
+    kind: str
+    duration: float  # how long the worker, the database or the peer stays down, or the proxy fault stays on
+    worker: int
+    probability: float  # of each request, for the proxy's faults
+
+    def describe(self) -> str:
+        target = f" w{self.worker}" if self.kind in WORKER_FAULTS else ""
+        chance = f" p={self.probability:g}" if self.kind.startswith("peer-") and self.kind != "peer-restart" else ""
+        return f"{self.at:.1f}s {self.kind}{target} {self.duration:.1f}s{chance}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    index: int
+    dialect: str
+    workers: int
+    push: bool
+    runs: tuple[RunPlan, ...]
+    faults: tuple[Fault, ...]
+
+    def describe(self) -> str:
+        delegating = sum(plan.delegates for plan in self.runs)
+        return (f"{self.dialect} workers={self.workers} push={'yes' if self.push else 'no'} runs={len(self.runs)} "
+                f"({delegating} delegating) faults=[{'; '.join(f.describe() for f in self.faults)}]")
+
+
+def draw(seed: int, index: int, dialect: str, kinds: list[str], quick: bool) -> Schedule:
+    """The schedule number `index` of `seed`: the same for the same seed, number and fault kinds."""
+    rng = random.Random(f"{seed}/{index}")
+    workers = 2 if quick else rng.choice((2, 3))
+    push = rng.random() < 0.5
+    plans = []
+    for number in range(rng.randint(6, 10) if quick else rng.randint(10, 24)):
+        answer = f"answer-{number}-{rng.randrange(10**6)}"
+        work = rng.choice((0.0, 0.3, 1.0, 2.0))
+        message = f"work:{work}:{answer}" if work else f"complete:{answer}"
+        plans.append(RunPlan(rng.random() < 0.5, rng.choice((0.0, 0.2, 0.8)), message, answer))
+    phase = 3.0 if quick else 5.0
+    faults = sorted((Fault(round(rng.uniform(0.2, phase), 1), rng.choice(kinds), round(rng.uniform(0.2, 2.5), 1),
+                           rng.randrange(workers), rng.choice((0.5, 1.0)))
+                     for _ in range(rng.randint(1, 3) if quick else rng.randint(1, 4))), key=lambda f: f.at)
+    return Schedule(seed, index, dialect, workers, push, tuple(plans), tuple(faults))
+
+
+def script(plan: RunPlan) -> list[dict]:
+    """What the scripted provider says: local tools only, or a tally then a delegation."""
+    def call(name: str, **arguments) -> dict:
+        return {"tool_calls": [{"id": "call_1", "name": name, "arguments": arguments}]}
+
+    if plan.delegates:
+        return [call("tally", label="before"), call("delegate_to_agent", agent=AGENT, message=plan.message),
+                {"content": "Remote said: {last_tool_result}"}]
+    return [call("tally", label="first"), call("sleep", seconds=plan.sleep), call("tally", label="second"),
+            {"content": "done"}]
+
+
+def tally_labels(plan: RunPlan) -> list[str]:
+    return ["before"] if plan.delegates else ["first", "second"]
+
+
+# --- one schedule ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    problems: list[str] = field(default_factory=list)
+    injected: collections.Counter = field(default_factory=collections.Counter)
+    seconds: float = 0.0
+    runs: int = 0
+
+
+class Chaos:
+    """Runs one schedule's parts, applies its faults at their times and keeps the workers supervised."""
+
+    def __init__(self, schedule: Schedule, databases: Databases, directory, url: str, key: str):
+        self.schedule = schedule
+        self.databases = databases
+        self.directory = directory
+        self.outcome = Outcome()
+        self.peer = PeerProcess(directory)
+        self.proxy = FaultyProxy(self.peer.url, seed=schedule.index, hang_seconds=HANG)
+        env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key,
+               "NRLLM_LEASE_SECONDS": str(LEASE), "NRLLM_REMOTE_ALLOW": "127.0.0.1",
+               chaos_parts.TALLY_ENV: str(directory / "tally.jsonl")}
+        env.pop("NRLLM_FAILPOINT", None)
+        self.api = ApiProcess(env, directory) if schedule.push else None
+        if self.api:
+            env["NRLLM_PUBLIC_URL"] = self.api.url
+        self.slots = [WorkerSlot(number, env, directory) for number in range(schedule.workers)]
+        self.db_down = False
+        self.fault_windows: list[tuple[float, float]] = []  # (from, to) in time.time(): while a fault acted
+
+    # -- faults ---------------------------------------------------------------------------------------------
+
+    def timeline(self) -> list[tuple[float, Fault | None, object]]:
+        """(seconds, what, action) in order: each fault's start, and its end where it has one."""
+        steps = []
+        for fault in self.schedule.faults:
+            start, end = self._fault_actions(fault)
+            steps.append((fault.at, fault, start))
+            if end is not None:
+                steps.append((fault.at + fault.duration, None, end))
+        return sorted(steps, key=lambda step: step[0])
+
+    def _fault_actions(self, fault: Fault):
+        slot = self.slots[fault.worker]
+        if fault.kind == "kill":
+            return lambda: slot.signal(signal.SIGKILL, fault.duration), None
+        if fault.kind == "term":
+            return lambda: slot.signal(signal.SIGTERM, fault.duration), None
+        if fault.kind in FAILPOINTS:
+            def arm():
+                slot.kill_now()
+                slot.start(FAILPOINTS[fault.kind])
+            return arm, None
+        if fault.kind == "db":
+            return self._stop_database, self._start_database
+        if fault.kind == "peer-restart":
+            return self.peer.kill, lambda: self.peer.alive() or self.peer.start(wait=False)
+        kind = fault.kind.removeprefix("peer-")
+        return (lambda: self.proxy.switch_on(kind, fault.probability)), (lambda: self.proxy.switch_off(kind))
+
+    def _stop_database(self) -> bool:
+        if self.schedule.dialect == "sqlite" or self.db_down:
+            return False  # an embedded database has no server to stop; one already down stays down
+        self.databases.server(self.schedule.dialect).stop()
+        self.db_down = True
+        return True
+
+    def _start_database(self) -> None:
+        if self.db_down:
+            self.databases.server(self.schedule.dialect).start()
+            self.db_down = False
+
+    def supervise(self) -> None:
+        for slot in self.slots:
+            ended = slot.supervise()
+            if ended == "failpoint":
+                self.outcome.injected[f"{_failpoint_kind(slot)} fired"] += 1
+            elif ended:
+                self.outcome.problems.append(f"workers: {ended} (see {slot.log})")
+
+    def run_faults(self) -> None:
+        started, armed = time.monotonic(), []
+        for at, fault, action in self.timeline():
+            while time.monotonic() < started + at:
+                self.supervise()
+                time.sleep(0.05)
+            if action() is not False and fault is not None:
+                self.outcome.injected[fault.kind] += 1
+                now = time.time()
+                # A process started again needs a moment before it does anything; a SIGTERM takes its grace.
+                self.fault_windows.append((now, now + fault.duration + WORKER_GRACE + RESTART_SLACK))
+                if fault.kind in FAILPOINTS:
+                    armed.append(len(self.fault_windows) - 1)
+        for index in armed:  # armed until the faults stop
+            self.fault_windows[index] = (self.fault_windows[index][0], time.time() + RESTART_SLACK)
+        # Every fault stops: the database and the peer are up, the proxy relays, no failpoint is armed.
+        self._start_database()
+        self.proxy.switch_off()
+        if not self.peer.alive():
+            self.peer.start(wait=False)
+        for slot in self.slots:
+            if slot.failpoint and slot.alive():
+                slot.kill_now()
+            slot.down_until = 0.0
+        self.supervise()
+
+    # -- the schedule ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.peer.start()
+        self.proxy.start()
+        for slot in self.slots:
+            slot.start()
+
+    def stop(self) -> None:
+        for slot in self.slots:
+            if slot.alive():
+                slot.expected_exit = True
+                slot.proc.terminate()
+        for slot in self.slots:
+            slot.stop()
+        if self.api:
+            self.api.stop()
+        self.proxy.stop()
+        self.peer.stop()
+
+
+def _failpoint_kind(slot: WorkerSlot) -> str:
+    return next(kind for kind, name in FAILPOINTS.items() if name == slot.failpoint)
+
+
+def wait_for_workers(count: int, slots: list[WorkerSlot]) -> None:
+    deadline = time.monotonic() + 90
+    while WorkerHeartbeat.select().count() < count:
+        if time.monotonic() > deadline or any(not slot.alive() for slot in slots):
+            raise RuntimeError(f"the workers did not start: {slots[0].log.read_text()[-1500:]}")
+        time.sleep(0.05)
+
+
+def unfinished(ids: list[str]) -> int | None:
+    """How many of these runs are not terminal; None while the database does not answer (it was restarted)."""
+    try:
+        return Run.select().where(Run.id.in_(ids), Run.status.not_in(("completed", "failed", "cancelled"))).count()
+    except Exception:  # noqa: BLE001 - a connection the restart broke: drop it, ask again next time
+        close_connections(db.database.obj)
+        return None
+
+
+def settle(chaos: Chaos, ids: list[str]) -> float:
+    """Keep the workers running until every run is terminal or the settle period is over; its length."""
+    limit = DEADLINE + 4 * LEASE + 20
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        chaos.supervise()
+        if unfinished(ids) == 0:
+            break
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def run_schedule(schedule: Schedule, databases: Databases) -> Outcome:
+    from chaos_checks import check_schedule
+
+    directory = schedule_directory(schedule.seed, schedule.index)
+    key = generate_key()
+    begun = time.monotonic()
+    with databases.fresh(schedule.dialect, f"chaos_{schedule.seed}_{schedule.index}", directory) as url:
+        bound = db.bind(url)
+        bootstrap.start(Settings(instance_path=directory, database_url=url, lease_seconds=LEASE,
+                                 remote_allow=("127.0.0.1",), secret_keys=(key,)), bind_database=False, migrate=True)
+        consumers.replace_report([])  # an empty report: delegation is offered
+        chaos = Chaos(schedule, databases, directory, url, key)
+        try:
+            chaos.start()
+            remote_agents.create_agent(AGENT, AgentFields(url=chaos.proxy.url, poll_interval_seconds=POLL,
+                                                          deadline_seconds=DEADLINE, push=schedule.push))
+            plans = {runs.create_run("chaos", f"chaos run {number}", spec={"provider": "scripted",
+                                                                           "script": script(plan)}): plan
+                     for number, plan in enumerate(schedule.runs)}
+            wait_for_workers(schedule.workers, chaos.slots)
+            chaos.run_faults()
+            settled = settle(chaos, list(plans))
+        finally:
+            chaos.stop()
+        outcome = chaos.outcome
+        outcome.problems += check_schedule(plans, chaos, settled)
+        outcome.runs = len(plans)
+        close_connections(bound)
+    outcome.seconds = time.monotonic() - begun
+    if outcome.problems:
+        outcome.problems.append(f"logs kept in {directory}")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+    return outcome
+
+
+# --- the command ----------------------------------------------------------------------------------------------
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [kind for kind in text.split(",") if kind]
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown fault kinds: {', '.join(unknown)} (known: {','.join(FAULT_KINDS)})")
+    return kinds
+
+
+def _databases(text: str) -> list[str]:
+    dialects = text.split(",")
+    if unknown := sorted(set(dialects) - set(DIALECTS)):
+        raise argparse.ArgumentTypeError(f"unknown databases: {', '.join(unknown)} (known: {', '.join(DIALECTS)})")
+    return dialects
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--schedules", type=int, default=20, help="schedules to run (databases take turns)")
+    parser.add_argument("--only", type=int, help="run only the schedule with this number (to see a failure again)")
+    parser.add_argument("--databases", type=_databases, default=["sqlite", "postgresql"],
+                        help=f"comma-separated: {','.join(DIALECTS)}")
+    parser.add_argument("--faults", type=_kinds, default=list(FAULT_KINDS),
+                        help=f"comma-separated fault kinds: {','.join(FAULT_KINDS)}")
+    parser.add_argument("--quick", action="store_true", help="smaller schedules: fewer runs, workers and faults")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments()
+    numbers = [args.only] if args.only is not None else list(range(args.schedules))
+    print(f"chaos: seed {args.seed}, {len(numbers)} schedules{' (quick)' if args.quick else ''}, databases "
+          f"{','.join(args.databases)}, faults {','.join(args.faults)}", flush=True)
+    databases = Databases()
+    injected, failures, per_database = collections.Counter(), [], collections.Counter()
+    total_runs = 0
+    try:
+        for number in numbers:
+            dialect = args.databases[number % len(args.databases)]
+            schedule = draw(args.seed, number, dialect, args.faults, args.quick)
+            outcome = run_schedule(schedule, databases)
+            injected.update(outcome.injected)
+            total_runs += outcome.runs
+            per_database[dialect] += 1
+            verdict = "ok" if not outcome.problems else f"FAILED ({len(outcome.problems) - 1} problems)"
+            print(f"#{number:<4} {schedule.describe()}  {outcome.seconds:.1f}s  {verdict}", flush=True)
+            if outcome.problems:
+                rerun = (f"python bench/chaos.py --seed {args.seed} --only {number} --databases {dialect} "
+                         f"--faults {','.join(args.faults)}{' --quick' if args.quick else ''}")
+                failures.append((number, schedule, outcome.problems, rerun))
+                for problem in outcome.problems:
+                    print(f"     {problem}", flush=True)
+    finally:
+        databases.cleanup()
+    print(f"schedules run: {len(numbers)} ({', '.join(f'{d} {n}' for d, n in per_database.items())}); "
+          f"runs: {total_runs}")
+    print("faults injected: " + (", ".join(f"{kind} {count}" for kind, count in sorted(injected.items())) or "none"))
+    print(f"checks failed: {sum(len(problems) - 1 for _, _, problems, _ in failures)} in {len(failures)} schedules")
+    for number, schedule, problems, rerun in failures:
+        print(f"FAIL seed {args.seed} schedule {number}: {schedule.describe()}")
+        for problem in problems:
+            print(f"     {problem}")
+        print(f"     again: {rerun}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
