@@ -59,9 +59,10 @@ from tests.lossy_proxy import FaultyProxy
 FAULT_KINDS = ("kill", "kill-journal", "kill-send", "term", "db", "peer-500", "peer-close", "peer-json",
                "peer-hang", "peer-lose", "peer-restart")
 FAILPOINTS = {"kill-journal": "delegation.after_journal", "kill-send": "delegation.after_send"}
+FAILPOINT_KINDS = {name: kind for kind, name in FAILPOINTS.items()}
 WORKER_FAULTS = ("kill", "term", *FAILPOINTS)
 LEASE = 2.0  # seconds; every remote call's timeout is a quarter of it
-DEADLINE = 8.0  # the remote agent's deadline_seconds
+DEADLINE = 6.0  # the remote agent's deadline_seconds
 POLL = 0.2  # the remote agent's poll interval
 HANG = 2.5  # a held answer: past every timeout of a call (three quarter-leases)
 # A task that finished this long before a delegation's deadline should have been seen by then.
@@ -72,6 +73,7 @@ AGENT = "chaos"
 
 @dataclass(frozen=True)
 class RunPlan:
+    at: float  # seconds after every worker is up: runs start while the faults happen
     delegates: bool
     sleep: float  # the `sleep` tool's seconds (local runs), so that faults land in the middle of segments
     message: str  # what the peer is asked (delegating runs): work:<s>:<answer> or complete:<answer>
@@ -113,13 +115,14 @@ def draw(seed: int, index: int, dialect: str, kinds: list[str], quick: bool) -> 
     rng = random.Random(f"{seed}/{index}")
     workers = 2 if quick else rng.choice((2, 3))
     push = rng.random() < 0.5
+    phase = 3.0 if quick else 5.0
     plans = []
     for number in range(rng.randint(6, 10) if quick else rng.randint(10, 24)):
         answer = f"answer-{number}-{rng.randrange(10**6)}"
         work = rng.choice((0.0, 0.3, 1.0, 2.0))
         message = f"work:{work}:{answer}" if work else f"complete:{answer}"
-        plans.append(RunPlan(rng.random() < 0.5, rng.choice((0.0, 0.2, 0.8)), message, answer))
-    phase = 3.0 if quick else 5.0
+        at = 0.0 if rng.random() < 0.3 else round(rng.uniform(0, phase), 1)
+        plans.append(RunPlan(at, rng.random() < 0.5, rng.choice((0.0, 0.2, 0.8)), message, answer))
     faults = sorted((Fault(round(rng.uniform(0.2, phase), 1), rng.choice(kinds), round(rng.uniform(0.2, 2.5), 1),
                            rng.randrange(workers), rng.choice((0.5, 1.0)))
                      for _ in range(rng.randint(1, 3) if quick else rng.randint(1, 4))), key=lambda f: f.at)
@@ -151,6 +154,7 @@ class Outcome:
     injected: collections.Counter = field(default_factory=collections.Counter)
     seconds: float = 0.0
     runs: int = 0
+    phases: str = ""
 
 
 class Chaos:
@@ -173,6 +177,8 @@ class Chaos:
         self.slots = [WorkerSlot(number, env, directory) for number in range(schedule.workers)]
         self.db_down = False
         self.fault_windows: list[tuple[float, float]] = []  # (from, to) in time.time(): while a fault acted
+        self.plans: dict[str, RunPlan] = {}  # the runs created so far, by id
+        self._uncreated = sorted(enumerate(schedule.runs), key=lambda item: item[1].at)
 
     # -- faults ---------------------------------------------------------------------------------------------
 
@@ -219,16 +225,30 @@ class Chaos:
     def supervise(self) -> None:
         for slot in self.slots:
             ended = slot.supervise()
-            if ended == "failpoint":
-                self.outcome.injected[f"{_failpoint_kind(slot)} fired"] += 1
+            if ended and ended[0] == "failpoint":
+                self.outcome.injected[f"{FAILPOINT_KINDS[ended[1]]} fired"] += 1
             elif ended:
-                self.outcome.problems.append(f"workers: {ended} (see {slot.log})")
+                self.outcome.problems.append(f"workers: {ended[1]} (see {slot.log})")
+
+    def create_due_runs(self, since: float) -> None:
+        """Create the runs whose time has come (later, while the database is down)."""
+        while self._uncreated and time.monotonic() >= since + self._uncreated[0][1].at and not self.db_down:
+            number, plan = self._uncreated[0]
+            try:
+                run_id = runs.create_run("chaos", f"chaos run {number}",
+                                         spec={"provider": "scripted", "script": script(plan)})
+            except Exception:  # noqa: BLE001 - a connection a database restart broke: the next tick tries again
+                close_connections(db.database.obj)
+                return
+            self.plans[run_id] = plan
+            self._uncreated.pop(0)
 
     def run_faults(self) -> None:
         started, armed = time.monotonic(), []
         for at, fault, action in self.timeline():
             while time.monotonic() < started + at:
                 self.supervise()
+                self.create_due_runs(started)
                 time.sleep(0.05)
             if action() is not False and fault is not None:
                 self.outcome.injected[fault.kind] += 1
@@ -237,6 +257,10 @@ class Chaos:
                 self.fault_windows.append((now, now + fault.duration + WORKER_GRACE + RESTART_SLACK))
                 if fault.kind in FAILPOINTS:
                     armed.append(len(self.fault_windows) - 1)
+        while self._uncreated:  # the runs of the last seconds
+            self.supervise()
+            self.create_due_runs(started)
+            time.sleep(0.05)
         for index in armed:  # armed until the faults stop
             self.fault_windows[index] = (self.fault_windows[index][0], time.time() + RESTART_SLACK)
         # Every fault stops: the database and the peer are up, the proxy relays, no failpoint is armed.
@@ -253,10 +277,12 @@ class Chaos:
     # -- the schedule ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.peer.start()
-        self.proxy.start()
+        """Start every process at once (their start-up is most of a schedule's time); wait for the peer."""
+        self.peer.start(wait=False)
         for slot in self.slots:
             slot.start()
+        self.proxy.start()
+        self.peer.wait_until_up()
 
     def stop(self) -> None:
         for slot in self.slots:
@@ -269,10 +295,6 @@ class Chaos:
             self.api.stop()
         self.proxy.stop()
         self.peer.stop()
-
-
-def _failpoint_kind(slot: WorkerSlot) -> str:
-    return next(kind for kind, name in FAILPOINTS.items() if name == slot.failpoint)
 
 
 def wait_for_workers(count: int, slots: list[WorkerSlot]) -> None:
@@ -320,17 +342,17 @@ def run_schedule(schedule: Schedule, databases: Databases) -> Outcome:
             chaos.start()
             remote_agents.create_agent(AGENT, AgentFields(url=chaos.proxy.url, poll_interval_seconds=POLL,
                                                           deadline_seconds=DEADLINE, push=schedule.push))
-            plans = {runs.create_run("chaos", f"chaos run {number}", spec={"provider": "scripted",
-                                                                           "script": script(plan)}): plan
-                     for number, plan in enumerate(schedule.runs)}
             wait_for_workers(schedule.workers, chaos.slots)
+            up = time.monotonic()
             chaos.run_faults()
-            settled = settle(chaos, list(plans))
+            faulted = time.monotonic()
+            settled = settle(chaos, list(chaos.plans))
         finally:
             chaos.stop()
         outcome = chaos.outcome
-        outcome.problems += check_schedule(plans, chaos, settled)
-        outcome.runs = len(plans)
+        outcome.problems += check_schedule(chaos.plans, chaos, settled)
+        outcome.runs = len(chaos.plans)
+        outcome.phases = f"start {up - begun:.1f}s, faults {faulted - up:.1f}s, settle {settled:.1f}s"
         close_connections(bound)
     outcome.seconds = time.monotonic() - begun
     if outcome.problems:
@@ -388,7 +410,8 @@ def main() -> int:
             total_runs += outcome.runs
             per_database[dialect] += 1
             verdict = "ok" if not outcome.problems else f"FAILED ({len(outcome.problems) - 1} problems)"
-            print(f"#{number:<4} {schedule.describe()}  {outcome.seconds:.1f}s  {verdict}", flush=True)
+            print(f"#{number:<4} {schedule.describe()}  {outcome.seconds:.1f}s ({outcome.phases})  {verdict}",
+                  flush=True)
             if outcome.problems:
                 rerun = (f"python bench/chaos.py --seed {args.seed} --only {number} --databases {dialect} "
                          f"--faults {','.join(args.faults)}{' --quick' if args.quick else ''}")
@@ -400,7 +423,10 @@ def main() -> int:
     print(f"schedules run: {len(numbers)} ({', '.join(f'{d} {n}' for d, n in per_database.items())}); "
           f"runs: {total_runs}")
     print("faults injected: " + (", ".join(f"{kind} {count}" for kind, count in sorted(injected.items())) or "none"))
-    print(f"checks failed: {sum(len(problems) - 1 for _, _, problems, _ in failures)} in {len(failures)} schedules")
+    by_check = collections.Counter(problem.partition(":")[0] for _, _, problems, _ in failures
+                                   for problem in problems[:-1])
+    print(f"checks failed: {sum(by_check.values())} in {len(failures)} schedules"
+          + (f" ({', '.join(f'{check} {n}' for check, n in sorted(by_check.items()))})" if by_check else ""))
     for number, schedule, problems, rerun in failures:
         print(f"FAIL seed {args.seed} schedule {number}: {schedule.describe()}")
         for problem in problems:

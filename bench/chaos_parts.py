@@ -90,7 +90,7 @@ class WorkerSlot:
         self.failpoint: str | None = None
         self.down_until = 0.0  # monotonic time before which the supervisor leaves it down
         self.expected_exit = False  # the schedule stopped it (or armed a failpoint that kills it)
-        self.unexpected_exits: list[int] = []
+        self.sent: int | None = None  # the signal the schedule sent it
 
     def start(self, failpoint: str | None = None) -> None:
         env = {**self.env, "NRLLM_FAILPOINT": failpoint} if failpoint else self.env
@@ -100,12 +100,15 @@ class WorkerSlot:
                             "--grace", str(WORKER_GRACE)], env, self.log)
         self.failpoint = failpoint
         self.expected_exit = bool(failpoint)
+        self.sent = None
+        self.told = False  # how it ended was told
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def signal(self, signum: int, down_for: float) -> None:
         self.expected_exit = True
+        self.sent = signum
         self.down_until = time.monotonic() + down_for
         if self.alive():
             self.proc.send_signal(signum)
@@ -114,19 +117,28 @@ class WorkerSlot:
         self.signal(signal.SIGKILL, 0)
         self.proc.wait()
 
-    def supervise(self) -> str | None:
-        """Start it again when it is down and allowed back; say how a process ended by itself, if one did."""
+    def supervise(self) -> tuple[str, str] | None:
+        """Start it again when it is down and allowed back. A process that ended by itself is told:
+        ("failpoint", its name) when its failpoint killed it, ("exited", why) otherwise."""
         if self.proc is None or self.alive():
             return None
         ended = None
-        if not self.expected_exit:
-            self.unexpected_exits.append(self.proc.returncode)
-            ended = f"worker {self.number} exited by itself with status {self.proc.returncode}"
-        elif self.failpoint and self.proc.returncode == -signal.SIGKILL:
-            ended = "failpoint"
+        if self.told:
+            pass
+        elif not self.expected_exit:
+            ended = ("exited", f"worker {self.number} exited by itself with status {self.proc.returncode}")
+        elif self.failpoint and self.proc.returncode == -signal.SIGKILL and self.sent is None:
+            ended = ("failpoint", self.failpoint)
+        elif self.sent == signal.SIGTERM and self.proc.returncode != 0 and self._had_started():
+            # (A SIGTERM that arrives while the process still imports ends it before it has a handler.)
+            ended = ("exited", f"worker {self.number} ended with status {self.proc.returncode} after a SIGTERM")
+        self.told = True
         if time.monotonic() >= self.down_until:
             self.start()
         return ended
+
+    def _had_started(self) -> bool:
+        return "started with" in self.log.read_text().rpartition("--- started")[2]
 
     def stop(self) -> None:
         if self.alive():
@@ -157,11 +169,14 @@ class PeerProcess:
         self.proc = _spawn(["--child-peer", str(self.port), str(self.record)], os.environ.copy(), self.log,
                            stdin=subprocess.PIPE)
         if wait:
-            deadline = time.monotonic() + 60
-            while not self._answers():
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the A2A peer did not start: {self.log.read_text()[-1500:]}")
-                time.sleep(0.05)
+            self.wait_until_up()
+
+    def wait_until_up(self) -> None:
+        deadline = time.monotonic() + 90
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the A2A peer did not start: {self.log.read_text()[-1500:]}")
+            time.sleep(0.05)
 
     def _answers(self) -> bool:
         import socket
