@@ -241,6 +241,10 @@ class ApiProcess:
 _SERVER_KINDS = {"postgresql": PrivatePostgres, "mysql": PrivateMariaDB}
 
 
+class Unavailable(Exception):
+    """A private database server cannot be started on this machine."""
+
+
 class Databases:
     """A fresh database per schedule: a SQLite file, or a database on a private server of this run (created on
     first use, removed at the end) that the `db` fault may stop and start."""
@@ -250,12 +254,15 @@ class Databases:
 
     def server(self, dialect: str):
         if dialect not in self.servers:
-            server = _SERVER_KINDS[dialect]()
+            try:
+                server = _SERVER_KINDS[dialect]()
+            except Exception as exc:  # noqa: BLE001 - no binaries, no postgres account: it cannot run here
+                raise Unavailable(f"a private {dialect} server cannot be started here ({exc})") from exc
             try:
                 server.start()
-            except Exception:
+            except Exception as exc:  # noqa: BLE001
                 server.cleanup()
-                raise
+                raise Unavailable(f"a private {dialect} server cannot be started here ({exc})") from exc
             self.servers[dialect] = server
         return self.servers[dialect]
 
