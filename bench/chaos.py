@@ -3,6 +3,7 @@
     .venv/bin/python bench/chaos.py --seed 1 --schedules 200 --databases sqlite,postgresql
     .venv/bin/python bench/chaos.py --seed 1 --schedules 6 --quick --faults kill,peer-500
     .venv/bin/python bench/chaos.py --seed 1 --only 17 --databases postgresql --faults ...   # one schedule again
+    .venv/bin/python bench/chaos.py --seed 1 --first 100 --schedules 100     # schedules 100 to 199 of seed 1
 
 A schedule (drawn from a random generator seeded with the seed and its number) is: a fresh database, 2 or 3
 `nrllm-sidecar worker` processes, a real a2a-sdk peer process (tests/a2a_peer.py) behind a proxy that injects
@@ -392,6 +393,8 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--schedules", type=int, default=20, help="schedules to run (databases take turns)")
+    parser.add_argument("--first", type=int, default=0,
+                        help="the number of the first schedule (to share a long run among processes)")
     parser.add_argument("--only", type=int, help="run only the schedule with this number (to see a failure again)")
     parser.add_argument("--databases", type=_databases, default=["sqlite", "postgresql"],
                         help=f"comma-separated: {','.join(DIALECTS)}")
@@ -403,7 +406,7 @@ def arguments() -> argparse.Namespace:
 
 def main() -> int:
     args = arguments()
-    numbers = [args.only] if args.only is not None else list(range(args.schedules))
+    numbers = [args.only] if args.only is not None else list(range(args.first, args.first + args.schedules))
     print(f"chaos: seed {args.seed}, {len(numbers)} schedules{' (quick)' if args.quick else ''}, databases "
           f"{','.join(args.databases)}, faults {','.join(args.faults)}", flush=True)
     databases = Databases()
