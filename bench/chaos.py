@@ -406,6 +406,8 @@ def arguments() -> argparse.Namespace:
 
 def main() -> int:
     args = arguments()
+    # A SIGTERM ends the run like Ctrl-C: the processes of the schedule and the private servers are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     numbers = [args.only] if args.only is not None else list(range(args.first, args.first + args.schedules))
     print(f"chaos: seed {args.seed}, {len(numbers)} schedules{' (quick)' if args.quick else ''}, databases "
           f"{','.join(args.databases)}, faults {','.join(args.faults)}", flush=True)
