@@ -70,13 +70,14 @@ FAULT_KINDS = ("kill", "kill-journal", "kill-send", "term", "db", "peer-500", "p
 FAILPOINTS = {"kill-journal": "delegation.after_journal", "kill-send": "delegation.after_send"}
 FAILPOINT_KINDS = {name: kind for kind, name in FAILPOINTS.items()}
 WORKER_FAULTS = ("kill", "term", *FAILPOINTS)
-LEASE = 2.0  # seconds; every remote call's timeout is a quarter of it
+LEASE = 3.0  # seconds; every remote call's timeout is a quarter of it
 DEADLINE = 6.0  # the remote agent's deadline_seconds
 POLL = 0.2  # the remote agent's poll interval
-HANG = 2.5  # a held answer: past every timeout of a call (three quarter-leases)
+HANG = 3.0  # a held answer: past the timeout of a call's first byte (a quarter lease)
 # A task that finished this long before a delegation's deadline should have been seen by then.
 SEEN_WITHIN = 2.0
 RESTART_SLACK = 2.0  # seconds a restarted process needs before it works again
+STARTUP_LIMIT = 300.0  # seconds the worker processes may take to start on a busy machine
 AGENT = "chaos"
 
 
@@ -85,6 +86,7 @@ class RunPlan:
     at: float  # seconds after every worker is up: runs start while the faults happen
     delegates: bool
     sleep: float  # the `sleep` tool's seconds (local runs), so that faults land in the middle of segments
+    slow: float  # seconds the second `tally` of a local run takes after its effect (longer than a stop's grace)
     message: str  # what the peer is asked (delegating runs): work:<s>:<answer> or complete:<answer>
     answer: str
 
@@ -131,7 +133,8 @@ def draw(seed: int, index: int, dialect: str, kinds: list[str], quick: bool) -> 
         work = rng.choice((0.0, 0.3, 1.0, 2.0))
         message = f"work:{work}:{answer}" if work else f"complete:{answer}"
         at = 0.0 if rng.random() < 0.3 else round(rng.uniform(0, phase), 1)
-        plans.append(RunPlan(at, rng.random() < 0.5, rng.choice((0.0, 0.2, 0.8)), message, answer))
+        plans.append(RunPlan(at, rng.random() < 0.5, rng.choice((0.0, 0.2, 0.8)), rng.choice((0.0, 0.0, 1.5)),
+                             message, answer))
     faults = sorted((Fault(round(rng.uniform(0.2, phase), 1), rng.choice(kinds), round(rng.uniform(0.2, 2.5), 1),
                            rng.randrange(workers), rng.choice((0.5, 1.0)))
                      for _ in range(rng.randint(1, 3) if quick else rng.randint(1, 4))), key=lambda f: f.at)
@@ -146,8 +149,8 @@ def script(plan: RunPlan) -> list[dict]:
     if plan.delegates:
         return [call("tally", label="before"), call("delegate_to_agent", agent=AGENT, message=plan.message),
                 {"content": "Remote said: {last_tool_result}"}]
-    return [call("tally", label="first"), call("sleep", seconds=plan.sleep), call("tally", label="second"),
-            {"content": "done"}]
+    return [call("tally", label="first"), call("sleep", seconds=plan.sleep),
+            call("tally", label="second", seconds=plan.slow), {"content": "done"}]
 
 
 def tally_labels(plan: RunPlan) -> list[str]:
@@ -187,6 +190,7 @@ class Chaos:
         self.db_down = False
         self.fault_windows: list[tuple[float, float]] = []  # (from, to) in time.time(): while a fault acted
         self.plans: dict[str, RunPlan] = {}  # the runs created so far, by id
+        self._restarting: dict[int, int] = {}  # worker -> its fault window, open until a new process works
         self._uncreated = sorted(enumerate(schedule.runs), key=lambda item: item[1].at)
 
     # -- faults ---------------------------------------------------------------------------------------------
@@ -232,6 +236,12 @@ class Chaos:
             self.db_down = False
 
     def supervise(self) -> None:
+        for number, index in list(self._restarting.items()):
+            slot = self.slots[number]
+            if not slot.failpoint and slot.alive() and slot.started():
+                opened, closed = self.fault_windows[index]
+                self.fault_windows[index] = (opened, max(closed, time.time() + RESTART_SLACK))
+                del self._restarting[number]
         for slot in self.slots:
             ended = slot.supervise()
             if ended and ended[0] == "failpoint":
@@ -253,7 +263,7 @@ class Chaos:
             self._uncreated.pop(0)
 
     def run_faults(self) -> None:
-        started, armed = time.monotonic(), []
+        started = time.monotonic()
         for at, fault, action in self.timeline():
             while time.monotonic() < started + at:
                 self.supervise()
@@ -262,16 +272,14 @@ class Chaos:
             if action() is not False and fault is not None:
                 self.outcome.injected[fault.kind] += 1
                 now = time.time()
-                # A process started again needs a moment before it does anything; a SIGTERM takes its grace.
+                # A SIGTERM takes its grace; a worker's window lasts until its next process works (below).
                 self.fault_windows.append((now, now + fault.duration + WORKER_GRACE + RESTART_SLACK))
-                if fault.kind in FAILPOINTS:
-                    armed.append(len(self.fault_windows) - 1)
+                if fault.kind in WORKER_FAULTS:
+                    self._restarting[fault.worker] = len(self.fault_windows) - 1
         while self._uncreated:  # the runs of the last seconds
             self.supervise()
             self.create_due_runs(started)
             time.sleep(0.05)
-        for index in armed:  # armed until the faults stop
-            self.fault_windows[index] = (self.fault_windows[index][0], time.time() + RESTART_SLACK)
         # Every fault stops: the database and the peer are up, the proxy relays, no failpoint is armed.
         self._start_database()
         self.proxy.switch_off()
@@ -307,7 +315,7 @@ class Chaos:
 
 
 def wait_for_workers(count: int, slots: list[WorkerSlot]) -> None:
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + STARTUP_LIMIT
     while WorkerHeartbeat.select().count() < count:
         if time.monotonic() > deadline or any(not slot.alive() for slot in slots):
             raise RuntimeError(f"the workers did not start: {slots[0].log.read_text()[-1500:]}")
@@ -324,8 +332,13 @@ def unfinished(ids: list[str]) -> int | None:
 
 
 def settle(chaos: Chaos, ids: list[str]) -> float:
-    """Keep the workers running until every run is terminal or the settle period is over; its length."""
+    """Keep the workers running until every run is terminal or the settle period is over; its length. The
+    period starts once every worker process started again works (on a busy machine that may take long)."""
     limit = DEADLINE + 4 * LEASE + 20
+    started = time.monotonic()
+    while not all(slot.started() for slot in chaos.slots) and time.monotonic() - started < STARTUP_LIMIT:
+        chaos.supervise()
+        time.sleep(0.1)
     started = time.monotonic()
     while time.monotonic() - started < limit:
         chaos.supervise()

@@ -115,10 +115,11 @@ def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]
     for entry in peer:
         if entry.get("state") in FINISHED:
             finished[entry["context"]].append(entry["at"])
-    contexts = collections.defaultdict(list)
-    for run_id, context in (Outbound.select(Outbound.run, Outbound.context_id)
-                            .where(Outbound.run.in_(ids), Outbound.kind == "send").tuples()):
+    contexts, outcomes = collections.defaultdict(list), collections.defaultdict(list)
+    for run_id, context, outcome in (Outbound.select(Outbound.run, Outbound.context_id, Outbound.outcome)
+                                     .where(Outbound.run.in_(ids), Outbound.kind == "send").tuples()):
         contexts[run_id].append(context)
+        outcomes[run_id].append(outcome)
     found = []
     prefix = "timeout: no answer from the remote agent by the deadline "
     for run_id, result in (ToolResult.select(ToolResult.run, ToolResult.result)
@@ -131,7 +132,8 @@ def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]
                 quiet = longest_quiet(at, deadline, windows)
                 if at < deadline and quiet >= seen_within:
                     found.append(f"run {run_id} resolved timeout at {result.removeprefix(prefix)} though its remote "
-                                 f"task finished {deadline - at:.1f} s before (with {quiet:.1f} s without a fault)")
+                                 f"task finished {deadline - at:.1f} s before (with {quiet:.1f} s without a fault; "
+                                 f"its send's outcome: {', '.join(outcomes[run_id])})")
     return _shown("timeouts", found)
 
 

@@ -41,13 +41,15 @@ def child_worker(args: list[str]) -> None:
         name = "tally"
         effect = ToolEffect.NON_IDEMPOTENT_WRITE  # a crash while it runs fails the run: it must never run twice
         description = "Counts one execution under a label, outside the sidecar's database."
-        parameters = {"type": "object", "properties": {"label": {"type": "string"}}, "required": ["label"],
-                      "additionalProperties": False}
+        parameters = {"type": "object", "properties": {"label": {"type": "string"}, "seconds": {"type": "number"}},
+                      "required": ["label"], "additionalProperties": False}
 
         def run(self, arguments, context):
             line = json.dumps({"run": context.run_id, "label": arguments["label"], "pid": os.getpid()})
             with open(os.environ[TALLY_ENV], "a") as out:
                 out.write(line + "\n")  # one write: lines of several processes never mix
+            # A slow external call that nothing interrupts (a stop's grace may run out meanwhile).
+            time.sleep(arguments.get("seconds", 0))
             return f"tallied {arguments['label']}"
 
     class ChaosTools:
@@ -90,7 +92,7 @@ class WorkerSlot:
         self.failpoint: str | None = None
         self.down_until = 0.0  # monotonic time before which the supervisor leaves it down
         self.expected_exit = False  # the schedule stopped it (or armed a failpoint that kills it)
-        self.sent: int | None = None  # the signal the schedule sent it
+        self.signals: list[int] = []  # the signals the schedule sent this process
 
     def start(self, failpoint: str | None = None) -> None:
         env = {**self.env, "NRLLM_FAILPOINT": failpoint} if failpoint else self.env
@@ -100,7 +102,7 @@ class WorkerSlot:
                             "--grace", str(WORKER_GRACE)], env, self.log)
         self.failpoint = failpoint
         self.expected_exit = bool(failpoint)
-        self.sent = None
+        self.signals = []
         self.told = False  # how it ended was told
 
     def alive(self) -> bool:
@@ -108,9 +110,9 @@ class WorkerSlot:
 
     def signal(self, signum: int, down_for: float) -> None:
         self.expected_exit = True
-        self.sent = signum
         self.down_until = time.monotonic() + down_for
         if self.alive():
+            self.signals.append(signum)
             self.proc.send_signal(signum)
 
     def kill_now(self) -> None:
@@ -127,17 +129,19 @@ class WorkerSlot:
             pass
         elif not self.expected_exit:
             ended = ("exited", f"worker {self.number} exited by itself with status {self.proc.returncode}")
-        elif self.failpoint and self.proc.returncode == -signal.SIGKILL and self.sent is None:
+        elif self.failpoint and self.proc.returncode == -signal.SIGKILL and not self.signals:
             ended = ("failpoint", self.failpoint)
-        elif self.sent == signal.SIGTERM and self.proc.returncode != 0 and self._had_started():
-            # (A SIGTERM that arrives while the process still imports ends it before it has a handler.)
+        elif self.signals == [signal.SIGTERM] and self.proc.returncode != 0 and self.started():
+            # (A SIGTERM that arrives while the process still imports ends it before it has a handler, and a
+            # second one kills a stopping worker at once, as documented.)
             ended = ("exited", f"worker {self.number} ended with status {self.proc.returncode} after a SIGTERM")
         self.told = True
         if time.monotonic() >= self.down_until:
             self.start()
         return ended
 
-    def _had_started(self) -> bool:
+    def started(self) -> bool:
+        """This process got as far as working (it logs so)."""
         return "started with" in self.log.read_text().rpartition("--- started")[2]
 
     def stop(self) -> None:
@@ -172,7 +176,7 @@ class PeerProcess:
             self.wait_until_up()
 
     def wait_until_up(self) -> None:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 300  # a busy machine
         while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the A2A peer did not start: {self.log.read_text()[-1500:]}")
