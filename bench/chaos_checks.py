@@ -115,11 +115,15 @@ def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]
     for entry in peer:
         if entry.get("state") in FINISHED:
             finished[entry["context"]].append(entry["at"])
-    contexts, outcomes = collections.defaultdict(list), collections.defaultdict(list)
-    for run_id, context, outcome in (Outbound.select(Outbound.run, Outbound.context_id, Outbound.outcome)
-                                     .where(Outbound.run.in_(ids), Outbound.kind == "send").tuples()):
+    contexts = collections.defaultdict(list)
+    for run_id, context in (Outbound.select(Outbound.run, Outbound.context_id)
+                            .where(Outbound.run.in_(ids), Outbound.kind == "send").tuples()):
         contexts[run_id].append(context)
-        outcomes[run_id].append(outcome)
+    waited_with = {}  # run -> the send's outcome it last suspended with (the journal row may move on later)
+    for run_id, payload in (RunEvent.select(RunEvent.run, RunEvent.payload)
+                            .where(RunEvent.run.in_(ids), RunEvent.kind == "pause").order_by(RunEvent.sequence)
+                            .tuples()):
+        waited_with[run_id] = json.loads(payload).get("outcome")
     found = []
     prefix = "timeout: no answer from the remote agent by the deadline "
     for run_id, result in (ToolResult.select(ToolResult.run, ToolResult.result)
@@ -133,7 +137,7 @@ def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]
                 if at < deadline and quiet >= seen_within:
                     found.append(f"run {run_id} resolved timeout at {result.removeprefix(prefix)} though its remote "
                                  f"task finished {deadline - at:.1f} s before (with {quiet:.1f} s without a fault; "
-                                 f"its send's outcome: {', '.join(outcomes[run_id])})")
+                                 f"it waited with the send's outcome {waited_with.get(run_id)})")
     return _shown("timeouts", found)
 
 
