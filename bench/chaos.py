@@ -70,15 +70,35 @@ FAULT_KINDS = ("kill", "kill-journal", "kill-send", "term", "db", "peer-500", "p
 FAILPOINTS = {"kill-journal": "delegation.after_journal", "kill-send": "delegation.after_send"}
 FAILPOINT_KINDS = {name: kind for kind, name in FAILPOINTS.items()}
 WORKER_FAULTS = ("kill", "term", *FAILPOINTS)
-LEASE = 3.0  # seconds; every remote call's timeout is a quarter of it
-DEADLINE = 6.0  # the remote agent's deadline_seconds
 POLL = 0.2  # the remote agent's poll interval
-HANG = 3.0  # a held answer: past the timeout of a call's first byte (a quarter lease)
 # A task that finished this long before a delegation's deadline should have been seen by then.
 SEEN_WITHIN = 2.0
 RESTART_SLACK = 2.0  # seconds a restarted process needs before it works again
 STARTUP_LIMIT = 300.0  # seconds the worker processes may take to start on a busy machine
 AGENT = "chaos"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The times of a schedule follow the lease: every remote call's timeout is a quarter of it (longer
+    leases let a busy machine answer in time; shorter ones make schedules quicker)."""
+
+    lease: float = 3.0
+
+    @property
+    def deadline(self) -> float:
+        """The remote agent's deadline_seconds."""
+        return 2 * self.lease
+
+    @property
+    def hang(self) -> float:
+        """How long the proxy holds an answer: past the timeout of a call's first byte."""
+        return self.lease
+
+    @property
+    def settle(self) -> float:
+        """The settle period: a deadline, four leases (expiry, reaper, retries), and 20 s to finish."""
+        return self.deadline + 4 * self.lease + 20
 
 
 @dataclass(frozen=True)
@@ -172,15 +192,16 @@ class Outcome:
 class Chaos:
     """Runs one schedule's parts, applies its faults at their times and keeps the workers supervised."""
 
-    def __init__(self, schedule: Schedule, databases: Databases, directory, url: str, key: str):
+    def __init__(self, schedule: Schedule, timing: Timing, databases: Databases, directory, url: str, key: str):
         self.schedule = schedule
+        self.timing = timing
         self.databases = databases
         self.directory = directory
         self.outcome = Outcome()
         self.peer = PeerProcess(directory)
-        self.proxy = FaultyProxy(self.peer.url, seed=schedule.index, hang_seconds=HANG)
+        self.proxy = FaultyProxy(self.peer.url, seed=schedule.index, hang_seconds=timing.hang)
         env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key,
-               "NRLLM_LEASE_SECONDS": str(LEASE), "NRLLM_REMOTE_ALLOW": "127.0.0.1",
+               "NRLLM_LEASE_SECONDS": str(timing.lease), "NRLLM_REMOTE_ALLOW": "127.0.0.1",
                chaos_parts.TALLY_ENV: str(directory / "tally.jsonl")}
         env.pop("NRLLM_FAILPOINT", None)
         self.api = ApiProcess(env, directory) if schedule.push else None
@@ -334,7 +355,7 @@ def unfinished(ids: list[str]) -> int | None:
 def settle(chaos: Chaos, ids: list[str]) -> float:
     """Keep the workers running until every run is terminal or the settle period is over; its length. The
     period starts once every worker process started again works (on a busy machine that may take long)."""
-    limit = DEADLINE + 4 * LEASE + 20
+    limit = chaos.timing.settle
     started = time.monotonic()
     while not all(slot.started() for slot in chaos.slots) and time.monotonic() - started < STARTUP_LIMIT:
         chaos.supervise()
@@ -348,7 +369,7 @@ def settle(chaos: Chaos, ids: list[str]) -> float:
     return time.monotonic() - started
 
 
-def run_schedule(schedule: Schedule, databases: Databases) -> Outcome:
+def run_schedule(schedule: Schedule, timing: Timing, databases: Databases) -> Outcome:
     from chaos_checks import check_schedule
 
     directory = schedule_directory(schedule.seed, schedule.index)
@@ -356,14 +377,14 @@ def run_schedule(schedule: Schedule, databases: Databases) -> Outcome:
     begun = time.monotonic()
     with databases.fresh(schedule.dialect, f"chaos_{schedule.seed}_{schedule.index}", directory) as url:
         bound = db.bind(url)
-        bootstrap.start(Settings(instance_path=directory, database_url=url, lease_seconds=LEASE,
+        bootstrap.start(Settings(instance_path=directory, database_url=url, lease_seconds=timing.lease,
                                  remote_allow=("127.0.0.1",), secret_keys=(key,)), bind_database=False, migrate=True)
         consumers.replace_report([])  # an empty report: delegation is offered
-        chaos = Chaos(schedule, databases, directory, url, key)
+        chaos = Chaos(schedule, timing, databases, directory, url, key)
         try:
             chaos.start()
             remote_agents.create_agent(AGENT, AgentFields(url=chaos.proxy.url, poll_interval_seconds=POLL,
-                                                          deadline_seconds=DEADLINE, push=schedule.push))
+                                                          deadline_seconds=timing.deadline, push=schedule.push))
             wait_for_workers(schedule.workers, chaos.slots)
             up = time.monotonic()
             chaos.run_faults()
@@ -414,6 +435,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--faults", type=_kinds, default=list(FAULT_KINDS),
                         help=f"comma-separated fault kinds: {','.join(FAULT_KINDS)}")
     parser.add_argument("--quick", action="store_true", help="smaller schedules: fewer runs, workers and faults")
+    parser.add_argument("--lease", type=float, default=Timing.lease,
+                        help="the workers' lease in seconds; a remote call's timeout is a quarter of it, the remote "
+                             "agent's deadline two leases")
     return parser.parse_args()
 
 
@@ -422,8 +446,8 @@ def main() -> int:
     # A SIGTERM ends the run like Ctrl-C: the processes of the schedule and the private servers are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     numbers = [args.only] if args.only is not None else list(range(args.first, args.first + args.schedules))
-    print(f"chaos: seed {args.seed}, {len(numbers)} schedules{' (quick)' if args.quick else ''}, databases "
-          f"{','.join(args.databases)}, faults {','.join(args.faults)}", flush=True)
+    print(f"chaos: seed {args.seed}, {len(numbers)} schedules{' (quick)' if args.quick else ''}, lease "
+          f"{args.lease:g} s, databases {','.join(args.databases)}, faults {','.join(args.faults)}", flush=True)
     databases = Databases()
     injected, failures, per_database = collections.Counter(), [], collections.Counter()
     total_runs, unavailable = 0, {}
@@ -434,7 +458,7 @@ def main() -> int:
             if dialect in unavailable:
                 continue
             try:
-                outcome = run_schedule(schedule, databases)
+                outcome = run_schedule(schedule, Timing(args.lease), databases)
             except Unavailable as exc:
                 # Like the tests: skipped in a workstation's quick run, a failure in CI and in a full run.
                 unavailable[dialect] = str(exc)
@@ -450,7 +474,7 @@ def main() -> int:
                   flush=True)
             if outcome.problems:
                 rerun = (f"python bench/chaos.py --seed {args.seed} --only {number} --databases {dialect} "
-                         f"--faults {','.join(args.faults)}{' --quick' if args.quick else ''}")
+                         f"--faults {','.join(args.faults)} --lease {args.lease:g}{' --quick' if args.quick else ''}")
                 failures.append((number, schedule, outcome.problems, rerun))
                 for problem in outcome.problems:
                     print(f"     {problem}", flush=True)

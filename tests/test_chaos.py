@@ -25,7 +25,7 @@ SHORT_RUN_FAULTS = "kill,kill-journal,peer-500,peer-close,peer-json,peer-restart
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_short_seeded_chaos_run_passes_every_check():
-    command = [sys.executable, "bench/chaos.py", "--quick", "--seed", "2", "--schedules", "4",
+    command = [sys.executable, "bench/chaos.py", "--quick", "--seed", "2", "--schedules", "4", "--lease", "4",
                "--databases", "sqlite,postgresql", "--faults", SHORT_RUN_FAULTS]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=230)
     output = result.stdout + result.stderr[-3000:]
