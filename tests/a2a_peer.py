@@ -281,8 +281,8 @@ class PeerPool:
         self._peers: list[Peer] = []
         self._proxies: list[LossyProxy] = []
 
-    def start(self, card: str | None = "1.0", push: bool = False) -> Peer:
-        peer = Peer(card=card, push=push).start()
+    def start(self, card: str | None = "1.0", push: bool = False, record=None) -> Peer:
+        peer = Peer(card=card, push=push, record=record).start()
         self._peers.append(peer)
         return peer
 
