@@ -31,7 +31,7 @@ Once the faults stop, the workers keep running for a bounded settle period; then
   timeouts     no delegation resolved `timeout` while its remote task had finished (and the peer still knew
                it) well before the deadline
   answers      every completed delegating run got its own remote answer, an `error:` or a `timeout:`
-  workers      no worker process exited by itself
+  workers      no worker process exited by itself, and every one still beats once the runs settled
 A failed check prints the seed, the schedule and what failed (the schedule's logs are kept); exit status 1.
 """
 
@@ -44,6 +44,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import chaos_parts
 from chaos_parts import (
@@ -59,6 +60,7 @@ from harness import DIALECTS, IN_CI, close_connections
 
 from sidecar import bootstrap
 from sidecar.config import Settings
+from sidecar.domain.clock import utcnow
 from sidecar.domain.sealing import generate_key
 from sidecar.store import consumers, db, remote_agents, runs
 from sidecar.store.models import Run, WorkerHeartbeat
@@ -369,6 +371,25 @@ def settle(chaos: Chaos, ids: list[str]) -> float:
     return time.monotonic() - started
 
 
+def silent_workers(chaos: Chaos) -> list[str]:
+    """Every worker process works once the faults are over: its heartbeat is at most two leases old (a worker
+    that lost its database for good no longer beats), waiting up to two leases for it."""
+    deadline = time.monotonic() + 2 * chaos.timing.lease
+    while True:
+        try:
+            fresh = utcnow() - timedelta(seconds=2 * chaos.timing.lease)
+            beating = {pid for (pid,) in WorkerHeartbeat.select(WorkerHeartbeat.pid)
+                       .where(WorkerHeartbeat.seen_at >= fresh).tuples()}
+        except Exception:  # noqa: BLE001 - a connection the restart broke: ask again
+            close_connections(db.database.obj)
+            beating = set()
+        silent = [slot for slot in chaos.slots if slot.alive() and slot.proc.pid not in beating]
+        if not silent or time.monotonic() > deadline:
+            return [f"workers: worker {slot.number} (pid {slot.proc.pid}) has not beaten for two leases after the "
+                    f"faults (see {slot.log})" for slot in silent]
+        time.sleep(0.2)
+
+
 def run_schedule(schedule: Schedule, timing: Timing, databases: Databases) -> Outcome:
     from chaos_checks import check_schedule
 
@@ -390,6 +411,7 @@ def run_schedule(schedule: Schedule, timing: Timing, databases: Databases) -> Ou
             chaos.run_faults()
             faulted = time.monotonic()
             settled = settle(chaos, list(chaos.plans))
+            chaos.outcome.problems += silent_workers(chaos)
         finally:
             chaos.stop()
         outcome = chaos.outcome
