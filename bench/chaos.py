@@ -12,7 +12,7 @@ delegate to the peer, the others use local tools only), and 1 to 4 faults at ran
 seconds. Fault kinds (--faults, any combination):
 
   kill           SIGKILL of a worker at a random moment; it is started again after a while
-  kill-journal   a worker is replaced by one that kills itself right after a delegation's journal commit
+  kill-journal   a worker starts armed to kill itself right after a delegation's journal commit
   kill-send      ... right after a delegation's request was sent, before its outcome is recorded
   term           SIGTERM of a worker (graceful stop, --grace 1); started again after it exited
   db             the database server (a private PostgreSQL cluster or MariaDB instance) stopped, then started
@@ -122,6 +122,8 @@ class Fault:
     probability: float  # of each request, for the proxy's faults
 
     def describe(self) -> str:
+        if self.kind in FAILPOINTS:
+            return f"{self.kind} w{self.worker} armed"
         target = f" w{self.worker}" if self.kind in WORKER_FAULTS else ""
         chance = f" p={self.probability:g}" if self.kind.startswith("peer-") and self.kind != "peer-restart" else ""
         return f"{self.at:.1f}s {self.kind}{target} {self.duration:.1f}s{chance}"
@@ -235,10 +237,7 @@ class Chaos:
         if fault.kind == "term":
             return lambda: slot.signal(signal.SIGTERM, fault.duration), None
         if fault.kind in FAILPOINTS:
-            def arm():
-                slot.kill_now()
-                slot.start(FAILPOINTS[fault.kind])
-            return arm, None
+            return (lambda: False), None  # armed from the start (see start())
         if fault.kind == "db":
             return self._stop_database, self._start_database
         if fault.kind == "peer-restart":
@@ -261,7 +260,7 @@ class Chaos:
     def supervise(self) -> None:
         for number, index in list(self._restarting.items()):
             slot = self.slots[number]
-            if not slot.failpoint and slot.alive() and slot.started():
+            if not slot.failpoint and not slot.armings and slot.alive() and slot.started():
                 opened, closed = self.fault_windows[index]
                 self.fault_windows[index] = (opened, max(closed, time.time() + RESTART_SLACK))
                 del self._restarting[number]
@@ -287,6 +286,10 @@ class Chaos:
 
     def run_faults(self) -> None:
         started = time.monotonic()
+        for slot in self.slots:
+            if slot.failpoint:  # armed from the start: a fault window until a process without one works
+                self.fault_windows.append((time.time(), time.time() + RESTART_SLACK))
+                self._restarting[slot.number] = len(self.fault_windows) - 1
         for at, fault, action in self.timeline():
             while time.monotonic() < started + at:
                 self.supervise()
@@ -309,16 +312,29 @@ class Chaos:
         if not self.peer.alive():
             self.peer.start(wait=False)
         for slot in self.slots:
+            slot.armings.clear()
+            # An armed worker that is still starting gets the chance to meet a delegation first.
+            while slot.failpoint and slot.alive() and not slot.started():
+                self.supervise()
+                time.sleep(0.05)
             if slot.failpoint and slot.alive():
                 slot.kill_now()
             slot.down_until = 0.0
         self.supervise()
+        for slot in self.slots:
+            for failpoint, count in slot.armed.items():
+                self.outcome.injected[FAILPOINT_KINDS[failpoint]] += count
 
     # -- the schedule ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every process at once (their start-up is most of a schedule's time); wait for the peer."""
+        """Start every process at once (their start-up is most of a schedule's time); wait for the peer. A
+        worker with failpoint faults starts armed with the first, and each one that fires is replaced by one
+        armed with the next: a worker started in the middle of the faults would often meet no delegation."""
         self.peer.start(wait=False)
+        for fault in self.schedule.faults:
+            if fault.kind in FAILPOINTS:
+                self.slots[fault.worker].armings.append(FAILPOINTS[fault.kind])
         for slot in self.slots:
             slot.start()
         self.proxy.start()

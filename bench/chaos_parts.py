@@ -6,6 +6,7 @@ is `nrllm-sidecar worker` with one more tool, `tally`, whose every execution app
 tool effect that happens twice is seen; the peer is tests/a2a_peer.py recording every request and task.
 """
 
+import collections
 import contextlib
 import json
 import os
@@ -89,12 +90,18 @@ class WorkerSlot:
         self.env = env
         self.log = directory / f"worker{number}.log"
         self.proc: subprocess.Popen | None = None
-        self.failpoint: str | None = None
+        self.failpoint: str | None = None  # the process's
+        self.armings: list[str] = []  # failpoints for the next processes, in order
+        self.armed: collections.Counter = collections.Counter()  # failpoint -> processes started with it
         self.down_until = 0.0  # monotonic time before which the supervisor leaves it down
         self.expected_exit = False  # the schedule stopped it (or armed a failpoint that kills it)
         self.signals: list[int] = []  # the signals the schedule sent this process
 
-    def start(self, failpoint: str | None = None) -> None:
+    def start(self) -> None:
+        """Start a process, armed with the next failpoint of `armings` if there is one."""
+        failpoint = self.armings.pop(0) if self.armings else None
+        if failpoint:
+            self.armed[failpoint] += 1
         env = {**self.env, "NRLLM_FAILPOINT": failpoint} if failpoint else self.env
         with open(self.log, "a") as out:
             out.write(f"--- started{' with failpoint ' + failpoint if failpoint else ''} at {time.time():.3f}\n")
