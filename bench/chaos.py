@@ -271,6 +271,13 @@ class Chaos:
             elif ended:
                 self.outcome.problems.append(f"workers: {ended[1]} (see {slot.log})")
 
+    def wait_until_working(self) -> None:
+        """Until every worker process runs and got as far as working (on a busy machine that may take long)."""
+        limit = time.monotonic() + STARTUP_LIMIT
+        while not all(slot.alive() and slot.started() for slot in self.slots) and time.monotonic() < limit:
+            self.supervise()
+            time.sleep(0.1)
+
     def create_due_runs(self, since: float) -> None:
         """Create the runs whose time has come (later, while the database is down)."""
         while self._uncreated and time.monotonic() >= since + self._uncreated[0][1].at and not self.db_down:
@@ -374,10 +381,7 @@ def settle(chaos: Chaos, ids: list[str]) -> float:
     """Keep the workers running until every run is terminal or the settle period is over; its length. The
     period starts once every worker process started again works (on a busy machine that may take long)."""
     limit = chaos.timing.settle
-    started = time.monotonic()
-    while not all(slot.started() for slot in chaos.slots) and time.monotonic() - started < STARTUP_LIMIT:
-        chaos.supervise()
-        time.sleep(0.1)
+    chaos.wait_until_working()
     started = time.monotonic()
     while time.monotonic() - started < limit:
         chaos.supervise()
@@ -390,6 +394,7 @@ def settle(chaos: Chaos, ids: list[str]) -> float:
 def silent_workers(chaos: Chaos) -> list[str]:
     """Every worker process works once the faults are over: its heartbeat is at most two leases old (a worker
     that lost its database for good no longer beats), waiting up to two leases for it."""
+    chaos.wait_until_working()  # a worker killed at the very end may have been started again only now
     deadline = time.monotonic() + 2 * chaos.timing.lease
     while True:
         try:
