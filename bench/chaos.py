@@ -260,7 +260,7 @@ class Chaos:
     def supervise(self) -> None:
         for number, index in list(self._restarting.items()):
             slot = self.slots[number]
-            if not slot.failpoint and not slot.armings and slot.alive() and slot.started():
+            if not slot.failpoint and not slot.armings and slot.working():
                 opened, closed = self.fault_windows[index]
                 self.fault_windows[index] = (opened, max(closed, time.time() + RESTART_SLACK))
                 del self._restarting[number]
@@ -272,9 +272,10 @@ class Chaos:
                 self.outcome.problems.append(f"workers: {ended[1]} (see {slot.log})")
 
     def wait_until_working(self) -> None:
-        """Until every worker process runs and got as far as working (on a busy machine that may take long)."""
+        """Until every worker process runs, was sent no signal (one that was is about to end) and got as far as
+        working (on a busy machine that may take long)."""
         limit = time.monotonic() + STARTUP_LIMIT
-        while not all(slot.alive() and slot.started() for slot in self.slots) and time.monotonic() < limit:
+        while not all(slot.working() for slot in self.slots) and time.monotonic() < limit:
             self.supervise()
             time.sleep(0.1)
 

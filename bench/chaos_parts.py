@@ -147,6 +147,9 @@ class WorkerSlot:
             self.start()
         return ended
 
+    def working(self) -> bool:
+        return self.alive() and not self.signals and self.started()
+
     def started(self) -> bool:
         """This process got as far as working (it logs so)."""
         return "started with" in self.log.read_text().rpartition("--- started")[2]
