@@ -21,6 +21,9 @@ Usage (a `with PeerPool() as pool:` per test or module stops everything at the e
   peer.calls["SendMessage"], peer.calls["CancelTask"], peer.calls["message/send"]
                         # JSON-RPC requests received, by method (kept across restarts)
   peer.restart()        # same port, every task forgotten (GetTask then answers -32001)
+  Peer(record=path)     # also appends a JSON line to `path` for every JSON-RPC request (method, messageId)
+                        # and every saved task (id, contextId, state): what the peer received and did,
+                        # kept across restarts and processes (the chaos suite reads it)
   proxy = pool.lossy_proxy(peer)
                         # proxy.url in place of peer.url: drops the answer to SendMessage / message/send
                         # (proxy.drop is a set: clear it to stop dropping); proxy.dropped counts them
@@ -28,6 +31,7 @@ Usage (a `with PeerPool() as pool:` per test or module stops everything at the e
 
 import asyncio
 import collections
+import json
 import socket
 import threading
 import time
@@ -65,16 +69,30 @@ V1_PATH = "/a2a/v1"
 V03_PATH = "/a2a/v03"
 
 
+class Record:
+    """Appends one JSON line per entry to a file (one write each, so lines of two processes never mix)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def write(self, **entry) -> None:
+        with open(self.path, "a") as out:
+            out.write(json.dumps({**entry, "at": time.time()}) + "\n")
+
+
 class CountingTaskStore(InMemoryTaskStore):
     """Remembers every task id it ever saved: the number of tasks that exist on the peer."""
 
-    def __init__(self):
+    def __init__(self, record: Record | None = None):
         super().__init__()
         self.contexts: dict[str, str] = {}
+        self.record = record
 
     async def save(self, task, context):
         self.contexts[task.id] = task.context_id
         await super().save(task, context)
+        if self.record:
+            self.record.write(task=task.id, context=task.context_id, state=TaskState.Name(task.status.state))
 
 
 class ScriptedAgent(AgentExecutor):
@@ -155,13 +173,14 @@ def _legacy_card(base: str, push: bool) -> dict:
 class Peer:
     """One A2A server in a background thread; stop() and start() again keep the port and lose the tasks."""
 
-    def __init__(self, card: str | None = "1.0", push: bool = False):
+    def __init__(self, card: str | None = "1.0", push: bool = False, port: int = 0, record=None):
         self.card_kind = card
         self.push = push
-        self.port = 0
+        self.port = port
         self.calls: collections.Counter = collections.Counter()
         self.received: list[tuple[dict, dict]] = []  # (headers, JSON-RPC body) of every call, in order
-        self.store = CountingTaskStore()
+        self.record = Record(record) if record else None
+        self.store = CountingTaskStore(self.record)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -221,10 +240,15 @@ class Peer:
         async def counted(request: Request):
             try:
                 body = await request.json()
-                self.calls[body.get("method")] += 1
-                self.received.append((dict(request.headers), body))
             except Exception:  # noqa: BLE001 - a malformed body is the handler's to answer
-                self.calls[None] += 1
+                body = None
+            body = body if isinstance(body, dict) else {}
+            method = body.get("method")
+            self.calls[method] += 1
+            self.received.append((dict(request.headers), body))
+            if self.record:
+                message = (body.get("params") or {}).get("message") or {}
+                self.record.write(method=method, message_id=message.get("messageId"))
             return await endpoint(request)
 
         return counted
@@ -258,7 +282,7 @@ class Peer:
     def restart(self) -> "Peer":
         """A peer that lost every task: same port, a new (empty) task store."""
         self.stop()
-        self.store = CountingTaskStore()
+        self.store = CountingTaskStore(self.record)
         return self.start()
 
 
@@ -269,8 +293,8 @@ class PeerPool:
         self._peers: list[Peer] = []
         self._proxies: list[LossyProxy] = []
 
-    def start(self, card: str | None = "1.0", push: bool = False) -> Peer:
-        peer = Peer(card=card, push=push).start()
+    def start(self, card: str | None = "1.0", push: bool = False, record=None) -> Peer:
+        peer = Peer(card=card, push=push, record=record).start()
         self._peers.append(peer)
         return peer
 

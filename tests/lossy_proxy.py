@@ -8,6 +8,12 @@ a method's answers while a condition holds (until a deadline, for the first N re
 runs a test's step in the window between the peer's answer and the caller's. `rewrite` changes each answer's
 bytes on the way (to send what the peer itself could not, such as an unpaired surrogate escape).
 
+FaultyProxy (the chaos suite's) adds faults that come and go: while a fault kind is switched on, each
+request gets it with its probability. `500` answers an HTTP 500, `close` closes the connection without an
+answer, `json` answers 200 with a body that is not JSON (none of these three reaches the peer); `hang`
+forwards the request and holds the answer `hang_seconds` (past the caller's timeout) before closing;
+`lose` forwards it and drops the answer, as `drop` does.
+
 SilentServer accepts connections, reads what is sent, and never answers (a read timeout). CannedServer
 answers every request with the same raw bytes (a 5xx, a redirect, truncated JSON, a reset).
 """
@@ -15,9 +21,12 @@ answers every request with the same raw bytes (a 5xx, a redirect, truncated JSON
 import collections
 import http.client
 import json
+import random
 import socket
 import struct
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -43,6 +52,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             method = json.loads(body).get("method") if body else None
         except (ValueError, AttributeError):
             method = None
+        fault = proxy.fault_for(method)
+        if fault in _UNFORWARDED:
+            self._answer_without_peer(fault)
+            return
         upstream = urlsplit(proxy.upstream)
         conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
         try:
@@ -50,16 +63,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             conn.request(self.command, self.path, body=body or None, headers=headers)
             answer = conn.getresponse()
             data = answer.read()
+        except OSError:
+            # The peer is down (restarting): answered as a reverse proxy would, after the request arrived.
+            self._answer_without_peer("502")
+            return
         finally:
             conn.close()
         with proxy.lock:
             proxy.forwarded[method] += 1
-            lose = method in proxy.drop or bool((still := proxy.drop_while.get(method)) and still())
+            lose = fault == "lose" or method in proxy.drop or bool((still := proxy.drop_while.get(method)) and still())
             if lose:
                 proxy.dropped += 1
         if (meanwhile := proxy.before_answering.get(method)) is not None:
             meanwhile()  # the peer has answered; the caller has not heard yet
-        if lose:
+        if fault == "hang":
+            time.sleep(proxy.hang_seconds)  # the peer has acted; the caller gives up waiting meanwhile
+        if lose or fault == "hang":
             # The peer has acted on the request; the caller gets a closed connection and no answer.
             self.close_connection = True
             return
@@ -74,10 +93,26 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _answer_without_peer(self, fault: str) -> None:
+        if fault == "close":
+            self.close_connection = True
+            return
+        status, data = {"500": (500, b"Internal Server Error"), "502": (502, b"Bad Gateway")}.get(
+            fault, (200, b'{"jsonrpc": "2.0", "res'))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if fault == "json" else "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
 
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
     proxy: "LossyProxy"
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a caller that hung up (or was killed) is normal
+            super().handle_error(request, client_address)
 
 
 class LossyProxy:
@@ -109,6 +144,48 @@ class LossyProxy:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def fault_for(self, method: str | None) -> str | None:
+        """The fault this request gets (None: relayed as it is); `drop` is applied after forwarding."""
+        return None
+
+
+class FaultyProxy(LossyProxy):
+    """A LossyProxy whose faults are switched on and off while it runs (see the module's docstring)."""
+
+    KINDS = ("500", "close", "json", "hang", "lose")
+
+    def __init__(self, upstream: str, *, seed: int = 0, hang_seconds: float = 5.0):
+        super().__init__(upstream, drop=())
+        self.hang_seconds = hang_seconds
+        self.injected: collections.Counter = collections.Counter()  # fault kind -> requests that got it
+        self._on: dict[str, float] = {}  # fault kind -> probability, while switched on
+        self._random = random.Random(seed)
+
+    def switch_on(self, kind: str, probability: float = 1.0) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown fault {kind!r} (known: {', '.join(self.KINDS)})")
+        with self.lock:
+            self._on[kind] = probability
+
+    def switch_off(self, kind: str | None = None) -> None:
+        """Switch one fault kind off, or every one."""
+        with self.lock:
+            if kind is None:
+                self._on.clear()
+            else:
+                self._on.pop(kind, None)
+
+    def fault_for(self, method: str | None) -> str | None:
+        with self.lock:
+            for kind, probability in self._on.items():
+                if self._random.random() < probability:
+                    self.injected[kind] += 1
+                    return kind
+        return None
+
+
+_UNFORWARDED = ("500", "close", "json")
 
 
 class SilentServer:
