@@ -33,7 +33,9 @@ def test_ping_answers(database_url):
 
 
 def test_ping_raises_when_the_database_does_not_answer(tmp_path):
-    db.bind(f"sqlite:///{tmp_path}")  # a directory: no database file can be opened there
+    not_a_database = tmp_path / "garbage.db"
+    not_a_database.write_bytes(b"this is not a SQLite database file" * 100)
+    db.bind(f"sqlite:///{not_a_database}")
     try:
         with pytest.raises(db.DatabaseError):
             db.ping()
