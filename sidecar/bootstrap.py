@@ -16,10 +16,26 @@ class SchemaNotCurrent(SidecarError):
     pass
 
 
-def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False) -> None:
+def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False,
+          wait_for_database: bool = False) -> None:
+    """wait_for_database: a process that lives long (serve, worker) started during a database outage waits
+    for the database; a one-shot command fails at once with the error."""
     keys.configure(settings)  # first: a configuration error stops start-up before anything is touched
     if bind_database:
         db.bind(settings.database_url)
+    if wait_for_database:
+        db.retry_while_unavailable(lambda: _check_schema(migrate), "start-up")
+    else:
+        _check_schema(migrate)
+    pm = plugin_manager()
+    declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
+    install_store_guard()
+    events.listen("status", lambda run_id, change: notify_each(
+        pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=change.get("from"), new_status=change["to"]))
+    events.listen("outbound", _count_outbound_outcome)
+
+
+def _check_schema(migrate: bool) -> None:
     if migrate:
         migrations.upgrade()
     elif (version := migrations.current_version()) < migrations.latest_version():
@@ -33,20 +49,14 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
             f"the database schema is at version {version}, newer than this sidecar knows "
             f"({migrations.latest_version()}): run the newer sidecar, there are no down migrations"
         )
-    pm = plugin_manager()
-    declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
-    install_store_guard()
-    events.listen("status", lambda run_id, change: notify_each(
-        pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=change.get("from"), new_status=change["to"]))
-    events.listen("outbound", _count_outbound_outcome)
 
 
 def _count_outbound_outcome(run_id: str, row: dict) -> None:
     metrics.OUTBOUND_OUTCOMES.labels(row["kind"], row["outcome"]).inc()
 
 
-def from_env(*, migrate: bool = False) -> Settings:
+def from_env(*, migrate: bool = False, wait_for_database: bool = False) -> Settings:
     """Settings from the environment, then start(): what every command does first."""
     settings = Settings.from_env()
-    start(settings, migrate=migrate)
+    start(settings, migrate=migrate, wait_for_database=wait_for_database)
     return settings

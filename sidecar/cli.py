@@ -130,7 +130,7 @@ def _with_worker_options(fn):
 def worker(concurrency: int, poll_interval: float, executor: str, grace: float, metrics_port: int | None,
            metrics_host: str) -> None:
     """Claim queued runs and execute them until SIGTERM; then finish or hand back what is held."""
-    settings = _bind(migrate=True)
+    settings = _bind(migrate=True, wait_for_database=True)
     if metrics_port is not None:
         # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
         start_http_server(metrics_port, addr=metrics_host)
@@ -172,7 +172,8 @@ def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_inter
 
         # Before the settings are read, and inherited by the worker process: the demo agent is on 127.0.0.1.
         demo_setup.allow_demo_agent()
-    settings = _bind(migrate=True)  # here, once: a broken plugin or an old schema stops serve before it listens
+    # Here, once: a broken plugin or an old schema stops serve before it listens; an outage is waited out.
+    settings = _bind(migrate=True, wait_for_database=True)
     companion = None
     if not no_worker:
         argv = [sys.executable, "-m", "sidecar.cli", *(["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG)

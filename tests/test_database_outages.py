@@ -259,3 +259,21 @@ def test_a_request_that_fails_for_another_reason_is_still_a_500(tmp_path):
     assert (answer.status_code, answer.get_json()["code"]) == (500, "internal_error")
     store_db.database.close()
 
+
+
+@pytest.mark.slow
+def test_a_worker_started_during_an_outage_waits_for_the_database_instead_of_exiting(restartable, tmp_path):
+    server, url = restartable
+    queued = runs.create_run("owner", steps_input({"event": "queued"}))
+    server.stop()
+    log_path = tmp_path / "worker.log"
+    worker = start_worker(url, *STEPS, "--concurrency", "1", lease=3.0, log_path=log_path)
+    try:
+        wait_until(lambda: _log_lines(log_path, UNAVAILABLE) == 1, timeout=40, what="the worker to log the outage")
+        assert worker.poll() is None, f"the worker exited during the outage:\n{log_path.read_text()}"
+        server.start()
+        store_db.discard_connection()  # this test's own connection died with the server
+        wait_until(lambda: run_row(queued).status == "completed", timeout=60, what="the run queued before it")
+        assert _log_lines(log_path, UNAVAILABLE) == 1 and _log_lines(log_path, AVAILABLE_AGAIN) == 1
+    finally:
+        assert stop_process(worker) == 0

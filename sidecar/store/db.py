@@ -311,6 +311,23 @@ def release_connection(*, pooled_only: bool = False) -> None:
         discard_connection()
 
 
+def retry_while_unavailable(fn, who: str):
+    """fn(), tried again for as long as the database is unavailable (with the reconnect backoff, the outage
+    logged once): a long-lived process that starts during an outage waits for the database instead of
+    exiting. Any other error is raised."""
+    reconnect = Reconnect(who)
+    while True:
+        try:
+            result = fn()
+        except DatabaseError as exc:
+            if (pause := reconnect.after_failure(exc)) is None:
+                raise
+            time.sleep(pause)
+        else:
+            reconnect.after_success()
+            return result
+
+
 def releasing_connection(fn):
     """fn, run on a thread pool, hands its pooled connection back when it returns (release_connection)."""
 
