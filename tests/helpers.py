@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -91,12 +90,6 @@ def exit_code(proc: subprocess.Popen, log_path: Path, timeout: float = 30) -> in
         time.sleep(1)
         proc.kill()
         raise AssertionError(f"the worker did not exit; its log:\n{log_path.read_text()}") from None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def scrape(port: int) -> str:

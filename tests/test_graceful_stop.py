@@ -13,7 +13,8 @@ import pytest
 from sidecar.store import events, runs
 from sidecar.store.models import ModelTurn, ToolResult, WorkerHeartbeat
 from tests.engine_support import CallLog
-from tests.helpers import exit_code, free_port, run_row, scrape, start_worker, stop_process, wait_until
+from tests.helpers import exit_code, run_row, scrape, start_worker, stop_process, wait_until
+from tests.private_servers import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,6 @@ from sidecar.store.models import Run, RunEvent
 from tests.helpers import (
     event_kinds,
     exit_code,
-    free_port,
     run_row,
     scrape,
     start_worker,
@@ -23,6 +22,7 @@ from tests.helpers import (
     stop_process,
     wait_until,
 )
+from tests.private_servers import free_port
 
 pytestmark = pytest.mark.slow
 
