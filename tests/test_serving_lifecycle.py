@@ -3,14 +3,18 @@ lost event, SIGTERM ends streams at once and lets the worker finish its segment 
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
+from sidecar import failpoints
 from sidecar.domain.lease import LeasePolicy
+from sidecar.serving.server import GRACEFUL_TIMEOUT
 from sidecar.store import runs, tokens, workers
 from tests.api_helpers import ACTOR, as_host
-from tests.helpers import run_row, sequences, steps_input, wait_until
+from tests.helpers import ROOT, run_row, sequences, steps_input, stop_process, wait_until
 from tests.serve_support import STEPS, process_tree, start_serve
 from tests.sse_client import EventStream
 
@@ -96,3 +100,23 @@ def test_a_worker_that_dies_is_started_again_and_runs_go_on(database_url, tmp_pa
         wait_until(lambda: run_row(run_id).status == "completed", timeout=60, what="the new worker to run it")
     finally:
         assert served.stop() == 0, served.log()[-3000:]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_sigterm_while_an_http_worker_boots_still_stops_it_at_once(database_url, tmp_path):
+    """A worker that takes the SIGTERM before it has its own handlers (the stall holds it there) would miss
+    it and serve until the graceful timeout (30 s) killed it; the arbiter says it again until it is gone."""
+    log_path = tmp_path / "serve.log"
+    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_FAILPOINT": "http_worker.boot"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--no-worker", "--workers", "1",
+                                 "--port", "0"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_until(lambda: "Booting worker" in log_path.read_text(), timeout=60, what="an HTTP worker to boot")
+        proc.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+        took = time.monotonic() - stopped_at
+        assert took < failpoints.STALL_SECONDS + 15 < GRACEFUL_TIMEOUT, f"stopped after {took:.1f} s"
+    finally:
+        stop_process(proc)

@@ -25,6 +25,7 @@ from gunicorn.http.unreader import SocketUnreader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 from werkzeug.exceptions import RequestTimeout
 
+from .. import failpoints
 from ..api import event_hub, streaming
 from ..api.errors import default_code, error_body
 from ..config import Settings
@@ -116,6 +117,7 @@ class SidecarWorker(ThreadWorker):
         self.header_timeout = settings.header_timeout
         self.body_timeout = settings.body_timeout
         streaming.SLOTS.thread_bound = max(1, self.cfg.threads - threads_kept_free(self.cfg.threads))
+        failpoints.stall("http_worker.boot")  # before gunicorn installs this worker's signal handlers
         super().init_process()
 
     def enqueue_req(self, conn):
@@ -137,8 +139,9 @@ class SidecarWorker(ThreadWorker):
             conn.read_deadline = None  # the answer is written; draining the rest of a body has its own bound
 
     def handle_exit(self, sig, frame):
-        # Off the signal handler: closing waits for the feed's listener to stop.
-        threading.Thread(target=event_hub.close, name="end-streams", daemon=True).start()
+        if self.alive:  # the arbiter may say it more than once (SidecarArbiter.reap_workers)
+            # Off the signal handler: closing waits for the feed's listener to stop.
+            threading.Thread(target=event_hub.close, name="end-streams", daemon=True).start()
         super().handle_exit(sig, frame)
 
     def handle_error(self, req, client, addr, exc):

@@ -33,6 +33,7 @@ LIMIT_REQUEST_FIELD_SIZE = 8190
 WORKER_CLASS = "sidecar.serving.http_worker.SidecarWorker"
 COMPANION_MARGIN = 15  # seconds past its grace a stopping companion may take before it is killed
 RESTART_SECONDS = 5.0
+TERM_REPEAT_SECONDS = 1.0  # how often a stopping arbiter says SIGTERM again to HTTP workers still alive
 
 log = logging.getLogger("nrllm_sidecar.serve")
 
@@ -135,6 +136,7 @@ class SidecarArbiter(Arbiter):
     def __init__(self, app, companion: Companion | None, on_ready):
         self.companion = companion
         self.on_ready = on_ready
+        self.term_again_at: float | None = None
         super().__init__(app)
 
     def start(self):
@@ -159,9 +161,22 @@ class SidecarArbiter(Arbiter):
             self.companion.replace()  # first: gunicorn's reload waits for the old HTTP workers to end
         super().reload()
 
+    def reap_workers(self):
+        super().reap_workers()
+        # An HTTP worker forked just before the stop may still be booting when the SIGTERM comes: until it
+        # installs its own handlers it has the arbiter's, inherited over fork, which only queue the signal
+        # in the worker's copy of the arbiter, and the worker would then serve until the graceful timeout
+        # kills it. Saying SIGTERM again while waiting reaches it once it has booted (once is enough for a
+        # worker that heard it: SidecarWorker.handle_exit).
+        if self.term_again_at is not None and time.monotonic() >= self.term_again_at:
+            self.term_again_at = time.monotonic() + TERM_REPEAT_SECONDS
+            self.kill_workers(signal.SIGTERM)
+
     def stop(self, graceful=True):
         if self.companion is not None:
             self.companion.begin_stop()  # the worker's grace runs while the HTTP workers drain
+        if graceful:
+            self.term_again_at = time.monotonic() + TERM_REPEAT_SECONDS
         super().stop(graceful)
         if self.companion is not None:
             self.companion.wait_stopped()
