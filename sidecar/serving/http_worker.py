@@ -14,6 +14,7 @@
 Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.http_worker.SidecarWorker`.
 """
 
+import gc
 import json
 import threading
 import time
@@ -119,6 +120,13 @@ class SidecarWorker(ThreadWorker):
         streaming.SLOTS.thread_bound = max(1, self.cfg.threads - threads_kept_free(self.cfg.threads))
         failpoints.stall("http_worker.boot")  # before gunicorn installs this worker's signal handlers
         super().init_process()
+
+    def load_wsgi(self):
+        super().load_wsgi()
+        # What the app has built so far (about 70,000 objects) lives as long as the process. Frozen, the
+        # collector no longer walks it: a full collection took 10 to 30 ms, a pause every request in flight
+        # waited out, and now takes next to nothing.
+        gc.freeze()
 
     def enqueue_req(self, conn):
         if type(conn) is TConn:
