@@ -111,7 +111,9 @@ def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, p
     worker = start_worker(database_url, lease=5.0, env=env, log_path=tmp_path / "worker.log")
     try:
         latency = completion_latency(webhook, run_id)
-        assert latency < 1.0, f"push to completion across processes took {latency:.3f}s"
+        # Without the wake-up the coordinator would look again only after 10 s (its longest sleep) or at the
+        # 60 s poll; the push's own latency is bench/bench_push.py's to measure, not this test's.
+        assert latency < 5.0, f"push to completion across processes took {latency:.3f}s"
         assert run_row(run_id).output == "Remote said: answer from afar"
     finally:
         stop_process(worker)

@@ -47,7 +47,9 @@ def _held_by_a_worker(run_id: str) -> bool:
 
 def test_three_worker_processes_drain_five_hundred_runs_each_exactly_once(database_url, tmp_path):
     ids = [runs.create_run("owner", steps_input({"event": "work"}, output=f"out {i}")) for i in range(500)]
-    workers = [start_worker(database_url, *STEPS, "--concurrency", "2", log_path=tmp_path / f"w{n}.log")
+    # A lease far longer than a step: this is about three processes competing for claims, and a 1 s lease
+    # on a loaded machine expires now and then, which rightly counts a second claim.
+    workers = [start_worker(database_url, *STEPS, "--concurrency", "2", lease=30.0, log_path=tmp_path / f"w{n}.log")
                for n in range(3)]
     try:
         wait_until(lambda: Run.select().where(Run.status == "completed").count() == 500, timeout=240,
