@@ -3,7 +3,7 @@ bring) its schema up to date, load the plugins (a broken one stops start-up here
 compatibility gate in the store and the status notification hook. Idempotent, so tests and app
 factories may call it again."""
 
-from compat.service import declarations, install_store_guard
+from nrllm_sidecar_compat.service import declarations, install_store_guard
 
 from . import keys, metrics
 from .config import Settings

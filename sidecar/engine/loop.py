@@ -11,7 +11,7 @@ the budget. Every write goes through the Segment, so a segment that lost its lea
 
 import logging
 
-from compat.service import delegation_refusal
+from nrllm_sidecar_compat.service import delegation_refusal
 
 from ..config import Settings
 from ..decisions.continuation import continue_from_decision
