@@ -29,12 +29,11 @@ class PluginLoadError(RuntimeError):
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """pluggy's own loader (it records each plugin's distribution), one entry point at a time, so a plugin
+    that fails to load is named."""
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if pm.get_plugin(ep.name) is not None:
-            continue
         try:
-            plugin = ep.load()
-            pm.register(plugin, name=ep.name)
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
         except Exception as exc:
             raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
 
@@ -82,6 +81,13 @@ def plugin_manager() -> pluggy.PluginManager:
     return _pm
 
 
+def use_plugin_manager(pm: pluggy.PluginManager) -> None:
+    """Make `pm` the process's plugin manager before anything asks for one (`python -m sidecar.surface` loads
+    only the sidecar's own plugins)."""
+    global _pm
+    _pm = pm
+
+
 def describe() -> list[dict]:
     """What is loaded, where it comes from and which hooks each plugin implements (`nrllm-sidecar plugins`).
 
@@ -90,8 +96,7 @@ def describe() -> list[dict]:
     versions are the host's report, not this one.
     """
     pm = plugin_manager()
-    # pluggy records distributions only for its own entry-point loader, not for _load_entry_points.
-    dists = {ep.name: ep.dist for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist}
+    dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
     declared: dict[str, list[str]] = {}
     for plugin_name, entries in results_by_plugin(pm.hook.nrllm_consumers):
         declared.setdefault(plugin_name, []).extend(entry["name"] for entry in entries or [])

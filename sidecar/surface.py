@@ -43,7 +43,7 @@ def own_plugin_manager() -> pluggy.PluginManager:
         pm.register(importlib.import_module(name), name=name)
     for ep in entry_points(group=plugin_module.ENTRY_POINT_GROUP):
         if ep.dist is not None and ep.dist.name == DISTRIBUTION:
-            pm.register(ep.load(), name=ep.name)
+            pm.load_setuptools_entrypoints(plugin_module.ENTRY_POINT_GROUP, name=ep.name)
     return pm
 
 
@@ -164,7 +164,8 @@ def generate() -> dict:
         settings = Settings(instance_path=Path(folder), database_url=f"sqlite:///{folder}/surface.db")
         db.bind(settings.database_url)
         migrations.upgrade()
-        pm = plugin_module._pm = own_plugin_manager()  # what create_app and bootstrap take as "the" manager
+        pm = own_plugin_manager()
+        plugin_module.use_plugin_manager(pm)  # what create_app and bootstrap take as "the" manager
         from .api import create_app
 
         app = create_app(settings, bind_database=False)
