@@ -11,6 +11,8 @@ from importlib.metadata import entry_points
 import pluggy
 
 from . import hookspecs
+from .config import Settings
+from .plugin_api import PluginContext
 
 log = logging.getLogger("nrllm_sidecar.plugins")
 
@@ -84,8 +86,31 @@ def plugin_manager() -> pluggy.PluginManager:
 def use_plugin_manager(pm: pluggy.PluginManager) -> None:
     """Make `pm` the process's plugin manager before anything asks for one (`python -m sidecar.surface` loads
     only the sidecar's own plugins)."""
-    global _pm
-    _pm = pm
+    global _pm, _context
+    _pm, _context = pm, None
+
+
+_context: PluginContext | None = None
+
+
+def configure(settings: Settings) -> PluginContext:
+    """Set up the context every hook of this process gets (bootstrap.start does, with the process's settings);
+    its tools and providers are collected from the plugins when a hook first reads them."""
+    global _context
+    pm = plugin_manager()
+
+    def load_registry():
+        from .engine.registry import build_registry
+
+        return build_registry(settings, pm)
+
+    _context = PluginContext(settings, load_registry)
+    return _context
+
+
+def plugin_context() -> PluginContext:
+    """The context of this process's hooks; from the environment's settings if start-up did not set it up."""
+    return _context if _context is not None else configure(Settings.from_env())
 
 
 def describe() -> list[dict]:
@@ -98,7 +123,7 @@ def describe() -> list[dict]:
     pm = plugin_manager()
     dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
     declared: dict[str, list[str]] = {}
-    for plugin_name, entries in results_by_plugin(pm.hook.nrllm_consumers):
+    for plugin_name, entries in results_by_plugin(pm.hook.nrllm_consumers, context=plugin_context()):
         declared.setdefault(plugin_name, []).extend(entry["name"] for entry in entries or [])
     rows = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
