@@ -1,7 +1,8 @@
 """The one plugin manager: the core's own features, then every entry point in the group `nrllm_sidecar`.
 
 The core registers its tools, providers and consumers through the same hooks a third-party plugin uses,
-so both take one path (bundled plugins under plugins/ are entry points like any other).
+so both take one path (bundled plugins under plugins/ are entry points like any other). Every hook is called
+with the process's context (sidecar/plugin_api.py), set up at start-up by configure().
 """
 
 import importlib
