@@ -1,7 +1,7 @@
 """The gate as the rest of the sidecar sees it: declarations from the plugins, the report from the store."""
 
 from sidecar.consumers import core_consumer_versions
-from sidecar.plugins import PluginLoadError, plugin_manager, results_by_plugin
+from sidecar.plugins import PluginLoadError, plugin_context, plugin_manager, results_by_plugin
 from sidecar.store import consumers as consumer_store
 from sidecar.store import runs, status_guard
 
@@ -11,7 +11,7 @@ from .gate import Declaration, Gate, ReportedConsumer
 def declarations() -> dict[str, Declaration]:
     """Every consumer declared through the consumer hook, by name (a later plugin's declaration wins)."""
     found = {}
-    for plugin_name, entries in results_by_plugin(plugin_manager().hook.nrllm_consumers):
+    for plugin_name, entries in results_by_plugin(plugin_manager().hook.nrllm_consumers, context=plugin_context()):
         for entry in entries or []:
             try:
                 found[entry["name"]] = Declaration.build(

@@ -3,12 +3,12 @@ bring) its schema up to date, load the plugins (a broken one stops start-up here
 compatibility gate in the store and the status notification hook. Idempotent, so tests and app
 factories may call it again."""
 
-from compat.service import declarations, install_store_guard
+from nrllm_sidecar_compat.service import declarations, install_store_guard
 
 from . import keys, metrics
 from .config import Settings
 from .domain.errors import SidecarError
-from .plugins import notify_each, plugin_manager
+from .plugins import configure, notify_each, plugin_manager
 from .store import db, events, migrations
 
 
@@ -28,10 +28,12 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
     else:
         _check_schema(migrate)
     pm = plugin_manager()
+    context = configure(settings)
     declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
     install_store_guard()
     events.listen("status", lambda run_id, change: notify_each(
-        pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=change.get("from"), new_status=change["to"]))
+        pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=change.get("from"), new_status=change["to"],
+        context=context))
     events.listen("outbound", _count_outbound_outcome)
 
 

@@ -6,16 +6,20 @@ Anything no plugin allows is refused.
 """
 
 from .hookspecs import hookimpl
-from .plugins import plugin_manager
+from .plugin_api import RunView
+from .plugins import plugin_context, plugin_manager
 from .store import grants
 
 DECIDE_ACTIONS = ("agent:approve", "agent:input")
 
 
 def may(actor: str | None, workspace: str, action: str, run) -> bool:
+    """run: the store's row; the hook gets its RunView."""
     if not actor:
         return False
-    answer = plugin_manager().hook.nrllm_permission_check(actor=actor, workspace=workspace, action=action, run=run)
+    answer = plugin_manager().hook.nrllm_permission_check(
+        actor=actor, workspace=workspace, action=action, run=None if run is None else RunView.of(run),
+        context=plugin_context())
     return bool(answer)
 
 

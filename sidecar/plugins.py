@@ -1,7 +1,8 @@
 """The one plugin manager: the core's own features, then every entry point in the group `nrllm_sidecar`.
 
 The core registers its tools, providers and consumers through the same hooks a third-party plugin uses,
-so both take one path (bundled plugins under plugins/ are entry points like any other).
+so both take one path (bundled plugins under plugins/ are entry points like any other). Every hook is called
+with the process's context (sidecar/plugin_api.py), set up at start-up by configure().
 """
 
 import importlib
@@ -11,6 +12,8 @@ from importlib.metadata import entry_points
 import pluggy
 
 from . import hookspecs
+from .config import Settings
+from .plugin_api import PluginContext
 
 log = logging.getLogger("nrllm_sidecar.plugins")
 
@@ -29,12 +32,11 @@ class PluginLoadError(RuntimeError):
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """pluggy's own loader (it records each plugin's distribution), one entry point at a time, so a plugin
+    that fails to load is named."""
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if pm.get_plugin(ep.name) is not None:
-            continue
         try:
-            plugin = ep.load()
-            pm.register(plugin, name=ep.name)
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
         except Exception as exc:
             raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
 
@@ -82,6 +84,36 @@ def plugin_manager() -> pluggy.PluginManager:
     return _pm
 
 
+def use_plugin_manager(pm: pluggy.PluginManager) -> None:
+    """Make `pm` the process's plugin manager before anything asks for one (`python -m sidecar.surface` loads
+    only the sidecar's own plugins)."""
+    global _pm, _context
+    _pm, _context = pm, None
+
+
+_context: PluginContext | None = None
+
+
+def configure(settings: Settings) -> PluginContext:
+    """Set up the context every hook of this process gets (bootstrap.start does, with the process's settings);
+    its tools and providers are collected from the plugins when a hook first reads them."""
+    global _context
+    pm = plugin_manager()
+
+    def load_registry():
+        from .engine.registry import build_registry
+
+        return build_registry(settings, pm)
+
+    _context = PluginContext(settings, load_registry)
+    return _context
+
+
+def plugin_context() -> PluginContext:
+    """The context of this process's hooks; from the environment's settings if start-up did not set it up."""
+    return _context if _context is not None else configure(Settings.from_env())
+
+
 def describe() -> list[dict]:
     """What is loaded, where it comes from and which hooks each plugin implements (`nrllm-sidecar plugins`).
 
@@ -90,10 +122,9 @@ def describe() -> list[dict]:
     versions are the host's report, not this one.
     """
     pm = plugin_manager()
-    # pluggy records distributions only for its own entry-point loader, not for _load_entry_points.
-    dists = {ep.name: ep.dist for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.dist}
+    dists = {pm.get_name(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
     declared: dict[str, list[str]] = {}
-    for plugin_name, entries in results_by_plugin(pm.hook.nrllm_consumers):
+    for plugin_name, entries in results_by_plugin(pm.hook.nrllm_consumers, context=plugin_context()):
         declared.setdefault(plugin_name, []).extend(entry["name"] for entry in entries or [])
     rows = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):

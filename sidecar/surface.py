@@ -3,9 +3,10 @@
     python -m sidecar.surface           print it
     python -m sidecar.surface --write   write docs/public-surface.json
 
-It lists what hosts, operators and plugin authors build against: the hooks and their arguments, the
-entry-point group, every command with its options and arguments, every HTTP path with its methods, the
-fields of the documented bodies, the built-in tools and providers, and the exact vocabulary strings.
+It lists what hosts, operators and plugin authors build against: the plugin API's version, the hooks and
+their arguments, the entry-point group, every command with its options and arguments, every HTTP path with
+its methods, the fields of the documented bodies, the built-in tools and providers, and the exact
+vocabulary strings.
 tests/test_public_surface.py fails when the code and the committed file differ.
 
 Only the core and the plugins bundled with the sidecar count: a third-party plugin installed beside it
@@ -28,6 +29,7 @@ from . import hookspecs
 from . import plugins as plugin_module
 from .config import Settings
 from .domain import vocabulary as v
+from .plugin_api import PLUGIN_API_VERSION, PluginContext
 from .store import db, migrations
 
 SURFACE_FILE = Path(__file__).resolve().parent.parent / "docs" / "public-surface.json"
@@ -43,7 +45,7 @@ def own_plugin_manager() -> pluggy.PluginManager:
         pm.register(importlib.import_module(name), name=name)
     for ep in entry_points(group=plugin_module.ENTRY_POINT_GROUP):
         if ep.dist is not None and ep.dist.name == DISTRIBUTION:
-            pm.register(ep.load(), name=ep.name)
+            pm.load_setuptools_entrypoints(plugin_module.ENTRY_POINT_GROUP, name=ep.name)
     return pm
 
 
@@ -164,22 +166,26 @@ def generate() -> dict:
         settings = Settings(instance_path=Path(folder), database_url=f"sqlite:///{folder}/surface.db")
         db.bind(settings.database_url)
         migrations.upgrade()
-        pm = plugin_module._pm = own_plugin_manager()  # what create_app and bootstrap take as "the" manager
+        pm = own_plugin_manager()
+        plugin_module.use_plugin_manager(pm)  # what create_app and bootstrap take as "the" manager
         from .api import create_app
 
         app = create_app(settings, bind_database=False)
         spec = app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()
+        collecting = PluginContext(settings)
         tools = {
             tool.name: {"effect": tool.effect.value, "delegation": tool.delegation,
                         "requires_approval": tool.requires_approval, "pauses_for_input": tool.pauses_for_input,
                         "arguments": sorted(tool.parameters.get("properties", {})),
                         "required": sorted(tool.parameters.get("required", []))}
-            for found in pm.hook.nrllm_tools(settings=settings) for tool in found or []
+            for found in pm.hook.nrllm_tools(settings=settings, context=collecting) for tool in found or []
         }
-        providers = sorted(p.name for found in pm.hook.nrllm_model_providers(settings=settings) for p in found or [])
+        providers = sorted(p.name for found in pm.hook.nrllm_model_providers(settings=settings, context=collecting)
+                           for p in found or [])
         db.database.close()
     return {
         "entry_point_group": plugin_module.ENTRY_POINT_GROUP,
+        "plugin_api_version": PLUGIN_API_VERSION,
         "hooks": hooks(pm),
         "commands": commands(),
         "http": openapi(spec),

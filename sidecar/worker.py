@@ -15,7 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from . import logs, metrics, wakeup
-from .domain.errors import LeaseLost
+from .domain.errors import ControlSignal, LeaseLost
 from .domain.lease import ClaimBatch, LeasePolicy
 from .domain.vocabulary import SegmentOutcome, TerminationReason
 from .segment import Segment, SegmentExecutor
@@ -233,7 +233,7 @@ def _execute_logged(executor: SegmentExecutor, segment: Segment) -> SegmentOutco
     except LeaseLost:
         metrics.LEASE_LOSSES.inc()
         return SegmentOutcome.LEASE_LOST
-    except Exception as exc:
+    except (Exception, ControlSignal) as exc:  # a signal its executor let through is a bug like any other
         if db.is_unavailable(exc):
             # Nothing can be written now: the lease lapses and the reaper hands the run on once the database
             # is back. The worker's loop and heartbeat log the outage once; a segment's lost connection alone

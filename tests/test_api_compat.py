@@ -2,7 +2,7 @@
 
 import pytest
 
-from compat import service as compat_service
+from nrllm_sidecar_compat import service as compat_service
 from sidecar.domain.lease import LeasePolicy
 from sidecar.domain.vocabulary import RunStatus
 from sidecar.hookspecs import hookimpl

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compat.gate import NO_REPORT_REASON, Declaration, Gate, ReportedConsumer
+from nrllm_sidecar_compat.gate import NO_REPORT_REASON, Declaration, Gate, ReportedConsumer
 from sidecar.domain.vocabulary import BASE_STATUSES, RunStatus
 
 DEPENDENCY = RunStatus.WAITING_FOR_DEPENDENCY.value

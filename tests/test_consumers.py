@@ -4,8 +4,8 @@ the consumer hook like any plugin's consumer."""
 
 import pytest
 
-from compat import service as compat_service
-from compat.gate import Gate, ReportedConsumer
+from nrllm_sidecar_compat import service as compat_service
+from nrllm_sidecar_compat.gate import Gate, ReportedConsumer
 from sidecar import __version__
 from sidecar.consumers import CORE_CONSUMERS, INBOX_KIND, REAPER_ACTION, core_consumer_versions
 from sidecar.domain.vocabulary import RunStatus

@@ -3,7 +3,7 @@ compatibility gate lets runs wait for a dependency; a model that calls it anyway
 
 import pytest
 
-from compat.gate import NO_REPORT_REASON
+from nrllm_sidecar_compat.gate import NO_REPORT_REASON
 from sidecar.domain.vocabulary import ToolEffect
 from sidecar.engine import AgentLoop
 from sidecar.engine.providers import ScriptedProvider

@@ -5,7 +5,9 @@ from pathlib import Path
 
 from tests.helpers import ROOT
 
-PACKAGES = ("sidecar", "compat", "plugins")
+PACKAGES = ("sidecar", "compat", "plugins")  # the folders
+# The names they are imported by: compat/ and plugins/ install as nrllm_sidecar_compat and nrllm_sidecar_plugins.
+IMPORT_NAMES = ("sidecar", "nrllm_sidecar_compat", "nrllm_sidecar_plugins")
 STORE = ROOT / "sidecar" / "store"
 DOMAIN = ROOT / "sidecar" / "domain"
 # What domain/ may import besides the standard library and itself.
@@ -48,7 +50,18 @@ def test_the_domain_imports_only_the_standard_library_and_itself():
             top = name.lstrip(".").split(".")[0]
             if name.startswith(".") and not name.startswith(".."):
                 continue  # domain/ itself
-            outside = name.startswith("..") or top in ("sidecar", "compat", "plugins")
+            outside = name.startswith("..") or top in IMPORT_NAMES
             if outside or (top not in sys.stdlib_module_names and top not in DOMAIN_MAY_IMPORT):
                 offenders.append(f"{path.name} imports {name}")
+    assert offenders == []
+
+
+def test_the_project_is_imported_by_its_installed_names_only():
+    """`compat` and `plugins` resolve from a checkout but are no installed names: code importing them breaks
+    in the wheel."""
+    offenders = []
+    for path in [*_sources(), *sorted((ROOT / "tests").glob("*.py"))]:
+        for name in _imports(path):
+            if name.split(".")[0] in ("compat", "plugins"):
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert offenders == []

@@ -29,6 +29,10 @@ def test_the_example_plugins_rules(run):
     assert not may("example:reviewer", "3", "agent:input", run)
     # In its frozen workspace its False wins over the core's owner rule, asked after it.
     assert not may(OWNER, "example:frozen", "agent:approve", run)
+    # Its dashboard's admins decide the runs the dashboard started (the run view's origin), and only those.
+    assert not may("example:dashboard-admin", "3", "agent:input", run)
+    dashboards = runs.get_run(runs.create_run(OWNER, "x", workspace="3", origin="example:dashboard"))
+    assert may("example:dashboard-admin", "3", "agent:input", dashboards)
 
 
 class Answers:

@@ -9,7 +9,7 @@ import sys
 import nrllm_example_plugin as example
 import pytest
 
-from compat import service as compat_service
+from nrllm_sidecar_compat import service as compat_service
 from sidecar import bootstrap
 from sidecar.engine import AgentLoop
 from sidecar.engine.registry import build_registry

@@ -5,7 +5,7 @@ from flask import Flask
 from .. import __version__, bootstrap
 from ..config import Settings
 from ..engine.registry import build_registry
-from ..plugins import plugin_manager
+from ..plugins import plugin_context, plugin_manager
 from ..store import db
 from . import access, auth, decisions, grants, headers, health, metrics, parsing, remote_agents, runs, streaming
 from . import compat as compat_views
@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     api.register_blueprint(remote_agents.blp)
     api.register_blueprint(decisions.blp)
     api.register_blueprint(grants.blp)
-    for blueprints in plugin_manager().hook.nrllm_register_routes():
+    for blueprints in plugin_manager().hook.nrllm_register_routes(context=plugin_context()):
         for blueprint in blueprints or []:
             api.register_blueprint(blueprint)
 

@@ -4,7 +4,7 @@ what may be written and whether delegation is offered."""
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-import compat.service as compat_service
+import nrllm_sidecar_compat.service as compat_service
 
 from ..domain.clock import rfc3339
 from ..domain.vocabulary import RunStatus

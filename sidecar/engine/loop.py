@@ -11,13 +11,13 @@ the budget. Every write goes through the Segment, so a segment that lost its lea
 
 import logging
 
-from compat.service import delegation_refusal
+from nrllm_sidecar_compat.service import delegation_refusal
 
 from ..config import Settings
 from ..decisions.continuation import continue_from_decision
 from ..domain.budget import Budget, Stop
 from ..domain.clock import utcnow
-from ..domain.errors import CancelRequested, LeaseLost
+from ..domain.errors import CancelRequested, Interrupted, Suspended
 from ..domain.vocabulary import SegmentOutcome, TerminationReason, ToolEffect
 from ..segment import Segment
 from ..store import pauses, runs
@@ -31,23 +31,6 @@ from .turns import Conversation, ToolCall, Turn, assign_call_ids
 log = logging.getLogger("nrllm_sidecar.engine")
 
 CANCEL_REQUESTED = Stop(TerminationReason.CANCELLED, "cancel requested")
-
-
-class Suspended(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """The segment suspended (the suspension is committed): it ends here with `outcome` (a dependency
-    wait, or a pause for a person's input or approval)."""
-
-    def __init__(self, outcome: SegmentOutcome = SegmentOutcome.AWAITING_DEPENDENCY):
-        super().__init__(outcome.value)
-        self.outcome = outcome
-
-
-class Interrupted(Exception):
-    """The run must stop at this boundary (cancel requested, budget or deadline); carries why."""
-
-    def __init__(self, stop: Stop):
-        super().__init__(stop.message)
-        self.stop = stop
 
 
 class AgentLoop:
@@ -271,9 +254,7 @@ class _RunSegment:
             result = tool.run(call.arguments, self.tool_context)
         except ToolError as exc:
             return error_text(str(exc))
-        except (Interrupted, LeaseLost):
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the control signals (domain/errors.py) are no Exception: they pass
             # A broken tool is reported to the model, which may route around it; the run goes on.
             log.exception("tool %s of run %s raised", call.name, self.segment.run_id)
             return error_text(f"{call.name} failed: {type(exc).__name__}")

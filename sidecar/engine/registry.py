@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pluggy
 
 from ..config import Settings
+from ..plugin_api import PluginContext
 from ..plugins import PluginLoadError, plugin_manager, results_by_plugin
 from .providers import ModelProvider
 from .tools import Tool
@@ -32,7 +33,8 @@ def _collect(hook, settings: Settings, what: str) -> dict:
     """name -> item from every implementation of `hook`; two plugins claiming one name stop start-up."""
     found: dict = {}
     owner: dict[str, str] = {}
-    for plugin_name, items in results_by_plugin(hook, settings=settings):
+    collecting = PluginContext(settings)  # without tools and providers: these hooks return them
+    for plugin_name, items in results_by_plugin(hook, settings=settings, context=collecting):
         for item in items or []:
             if item.name in found:
                 raise PluginLoadError(

@@ -1,8 +1,8 @@
 """The last line of the compatibility gate: the store writes a status outside the base vocabulary only
 when the installed guard allows it for the run's origin, inside the transaction that writes it.
 
-The guard is installed by compat (compat.service.install_store_guard) at start-up. Without one, such a
-status is refused: a process that never set up the gate must not write what a consumer cannot read.
+The guard is installed by the gate (nrllm_sidecar_compat.service.install_store_guard) at start-up. Without
+one, such a status is refused: a process that never set up the gate must not write what a consumer cannot read.
 """
 
 from collections.abc import Callable

@@ -5,7 +5,8 @@
 - a route GET /api/v1/example/reverse?text=... (it needs a token like every route),
 - a status listener that records every committed status change,
 - a consumer `example_dashboard` that reads only the runs it starts,
-- a permission check: reviewers may approve any run; nobody decides in a frozen workspace.
+- a permission check: reviewers may approve any run, the dashboard's admins decide the runs it started;
+  nobody decides in a frozen workspace.
 """
 
 import os
@@ -129,6 +130,7 @@ def nrllm_consumers():
 # -- a permission check ----------------------------------------------------------------------------
 
 REVIEWERS = frozenset({"example:reviewer"})
+DASHBOARD_ADMINS = frozenset({"example:dashboard-admin"})
 FROZEN_WORKSPACE = "example:frozen"
 
 
@@ -138,4 +140,6 @@ def nrllm_permission_check(actor, workspace, action, run):
         return False  # nobody decides there, not even a run's owner: a False ends the question
     if action == "agent:approve" and actor in REVIEWERS:
         return True
+    if run is not None and run.origin == DASHBOARD_ORIGIN and actor in DASHBOARD_ADMINS:
+        return True  # `run` is a read-only RunView: owner, workspace, origin, status, times
     return None  # not this plugin's business: the next one (last, the core's owner rule) decides

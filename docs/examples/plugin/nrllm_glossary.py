@@ -10,6 +10,12 @@ from threading import Lock
 from sidecar.domain.vocabulary import ToolEffect
 from sidecar.engine.tools import Tool, ToolError
 from sidecar.hookspecs import hookimpl
+from sidecar.plugin_api import PLUGIN_API_VERSION
+
+# Written for plugin API 1.x: under another major version, refuse to load (the sidecar then does not start,
+# and names this plugin) rather than misbehave.
+if PLUGIN_API_VERSION.split(".")[0] != "1":
+    raise ImportError(f"nrllm-glossary needs the sidecar's plugin API 1.x, not {PLUGIN_API_VERSION}")
 
 GLOSSARY = {
     "sidecar": "A service that runs beside an application and does one job for it.",

@@ -7,6 +7,7 @@ import pluggy
 import pytest
 from sidecar import hookspecs
 from sidecar.engine.tools import ToolError
+from sidecar.plugin_api import PLUGIN_API_VERSION, PluginContext
 
 import nrllm_glossary
 
@@ -22,8 +23,16 @@ def plugins():
     return manager
 
 
+# What every hook may take as `context`; one built from settings alone has no tools or providers to show.
+CONTEXT = PluginContext(settings=None)
+
+
+def test_it_was_written_for_this_plugin_api():
+    assert PLUGIN_API_VERSION.split(".")[0] == "1"
+
+
 def test_the_tool_defines_a_known_term(plugins):
-    (tools,) = plugins.hook.nrllm_tools(settings=None)
+    (tools,) = plugins.hook.nrllm_tools(settings=None, context=CONTEXT)
     (define,) = tools
     assert (define.name, define.effect.value) == ("define", "read_only")
     assert define.run({"term": "Lease"}, context=None) == nrllm_glossary.GLOSSARY["lease"]
@@ -36,8 +45,8 @@ def test_an_unknown_term_is_a_tool_error_the_model_sees():
 
 def test_finished_runs_are_counted(plugins):
     before = nrllm_glossary.FINISHED["completed"]
-    plugins.hook.nrllm_run_status_changed(run_id="r1", old_status="running", new_status="completed")
-    plugins.hook.nrllm_run_status_changed(run_id="r2", old_status="queued", new_status="running")
+    plugins.hook.nrllm_run_status_changed(run_id="r1", old_status="running", new_status="completed", context=CONTEXT)
+    plugins.hook.nrllm_run_status_changed(run_id="r2", old_status="queued", new_status="running", context=CONTEXT)
     assert nrllm_glossary.FINISHED["completed"] == before + 1
 
 
