@@ -1,4 +1,4 @@
-"""Configuration from the environment (http-api.md, "Configuration"). Read once, passed down."""
+"""Configuration from the environment (docs/configuration.md). Read once, passed down."""
 
 import os
 from dataclasses import dataclass, field

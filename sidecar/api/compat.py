@@ -1,5 +1,5 @@
-"""Consumers and compatibility (http-api.md): the host reports the consumers it has loaded; the gate says
-what may be written and whether delegation is offered."""
+"""Consumers and compatibility (docs/http-api.md, "Consumers and compatibility"): the host reports the
+consumers it has loaded; the gate says what may be written and whether delegation is offered."""
 
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema

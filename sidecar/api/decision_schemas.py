@@ -1,4 +1,4 @@
-"""marshmallow schemas of the inbox, the decision endpoint and grants (http-api.md, "Inbox and decisions",
+"""marshmallow schemas of the inbox, the decision endpoint and grants (docs/http-api.md, "Inbox and decisions",
 "Grants")."""
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema

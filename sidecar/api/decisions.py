@@ -1,4 +1,4 @@
-"""The inbox and the decision endpoint (http-api.md, "Inbox and decisions"): host actors only.
+"""The inbox and the decision endpoint (docs/http-api.md, "Inbox and decisions"): host actors only.
 
 A decision is checked and stored as it claims its pause, in one transaction (sidecar/decisions/service.py).
 `mode: "store"` answers 202 with the receipt and a worker continues the run. `mode: "now"` also claimed

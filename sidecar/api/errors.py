@@ -1,4 +1,5 @@
-"""One error shape for every answer that is not a success: {"code", "message", "errors"?} (http-api.md)."""
+"""One error shape for every answer that is not a success: {"code", "message", "errors"?}
+(docs/http-api.md, "Errors")."""
 
 from http import HTTPStatus
 

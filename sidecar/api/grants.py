@@ -1,4 +1,4 @@
-"""Grants (http-api.md, "Grants"): what an actor may decide in a workspace besides their own runs."""
+"""Grants (docs/http-api.md, "Grants"): what an actor may decide in a workspace besides their own runs."""
 
 from flask.views import MethodView
 

@@ -1,5 +1,6 @@
-"""POST /api/v1/push: the A2A push-notification webhook (http-api.md). Public: the remote agent shows the
-delegation's own token instead of a bearer token of ours (delegation/push.py has the rules)."""
+"""POST /api/v1/push: the A2A push-notification webhook (docs/http-api.md, "Remote agents, the outbound
+journal and push"). Public: the remote agent shows the delegation's own token instead of a bearer token of
+ours (delegation/push.py has the rules)."""
 
 from flask import request
 from flask.views import MethodView

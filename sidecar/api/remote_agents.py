@@ -1,5 +1,5 @@
-"""Remote agents, the outbound journal and its resend (http-api.md, "Remote agents, outbound journal, push"):
-operators only.
+"""Remote agents, the outbound journal and its resend (docs/http-api.md, "Remote agents, the outbound
+journal and push"): operators only.
 
 Auth values are write-only: they are sealed before they are stored and no answer, log line or error
 message carries them.

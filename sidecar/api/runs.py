@@ -1,4 +1,4 @@
-"""The runs API (http-api.md, "Runs"): create, get, list, events (JSON or server-sent), cancel."""
+"""The runs API (docs/http-api.md, "Runs"): create, get, list, events (JSON or server-sent), cancel."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Errors the rules raise. The API maps them to the error codes of http-api.md."""
+"""Errors the rules raise. The API maps them to the error codes of docs/http-api.md ("Errors")."""
 
 
 class SidecarError(Exception):
