@@ -7,7 +7,20 @@ from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_manager
 from ..store import db
-from . import access, auth, decisions, grants, headers, health, metrics, parsing, remote_agents, runs, streaming
+from . import (
+    access,
+    auth,
+    decisions,
+    event_schemas,
+    grants,
+    headers,
+    health,
+    metrics,
+    parsing,
+    remote_agents,
+    runs,
+    streaming,
+)
 from . import compat as compat_views
 from . import push as push_views
 from .errors import SidecarApi
@@ -70,6 +83,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
 
 def _document_common_parts(api: SidecarApi) -> None:
     components = api.spec.components
+    event_schemas.register(api.spec)
     components.security_scheme(
         SECURITY_SCHEME,
         {"type": "http", "scheme": "bearer",

@@ -5,9 +5,11 @@ from http import HTTPStatus
 
 from apispec import BasePlugin
 from flask_smorest import Api
+from flask_smorest.utils import prepare_response
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from ..store import db
+from .examples import error_examples
 from .schemas import ErrorSchema
 
 # While the database is unavailable: how long a client is asked to wait before it asks again.
@@ -132,6 +134,15 @@ class SidecarApi(Api):
 
     def __init__(self, app=None, **kwargs):
         super().__init__(app, spec_kwargs={"extra_plugins": [SharedErrorResponses()]}, **kwargs)
+
+    def _register_responses(self):
+        # flask-smorest's error answers, each with an example of every code that status carries.
+        super()._register_responses()
+        for status in HTTPStatus:
+            if status >= 400 and (examples := error_examples(status)):
+                response = {"description": status.phrase, "schema": self.ERROR_SCHEMA, "examples": examples}
+                prepare_response(response, self.spec, self.DEFAULT_RESPONSE_CONTENT_TYPE)
+                self.spec.components.response(status.name, response, lazy=True)
 
     def init_app(self, app, *args, **kwargs):
         super().init_app(app, *args, **kwargs)
