@@ -147,6 +147,8 @@ class Scan:
                 reference = match.group(1).rstrip(".-")
                 if chunk[match.end():].lstrip("/")[:1] in ("*", "{", "<"):
                     continue  # a pattern (tests/test_*.py, docs/examples/{name}), not a file
+                if re.search(r"\b(?:href|src)=\"$", chunk[:match.start()]):
+                    continue  # an HTML attribute: an address relative to the page that serves it
                 if problem := self._missing(citing, reference):
                     found.append(problem)
         return found

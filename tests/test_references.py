@@ -59,6 +59,7 @@ def _problems(root, relative_path, text):
     ("docs/adr/0002-x.md", "As (0001) decided; the layout of docs/http-api.md."),
     ("sidecar/api.py", '"""The runs API (docs/http-api.md, "Errors"); sidecar/runs.py."""\nPAGE = "nothing.md"\n'),
     ("sidecar/api.py", 'x = 1  # the answers of docs/http-api.md, "Remote agents (operator)"\n'),
+    ("sidecar/api.py", 'PAGE = """<link rel="stylesheet" href="docs/assets/ui.css">"""\n'),
 ])
 def test_the_scan_accepts_references_that_resolve(repository, relative_path, text):
     assert _problems(repository, relative_path, text) == []
