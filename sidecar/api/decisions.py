@@ -49,7 +49,7 @@ class Inbox(MethodView):
 @blp.route("/runs/<uuid:run_id>/decision", parameters=HEADERS)
 class RunDecision(MethodView):
     @roles("host")
-    @errors(400, 401, 403, 404, 409, 413, 422)
+    @errors(400, 401, 403, 404, 409, 413, 422, 429)  # 429: with a stream, as many as allowed are open
     @blp.arguments(DecisionBodySchema(), example=examples.DECISION)
     @blp.response(200, RunSchema, example=examples.RUN_COMPLETED,
                   description="mode now: the Run when the segment ends (terminal or waiting again); with "

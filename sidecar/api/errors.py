@@ -110,12 +110,13 @@ class SharedErrorResponses(BasePlugin):
     422 for the NUL character in a path or query value (parsing.refuse_nul_in_url) or an over-long or NUL
     actor or workspace header, and, unless the operation is public (`security: []`), 401 without a valid
     token and 413 for a body over the limit (auth.authenticate); 400 wherever a body is read that is not a
-    JSON object (parsing.StrictJsonParser). What a view adds it declares itself (and @roles declares its 400
-    and 403)."""
+    JSON object (parsing.StrictJsonParser); and 503 everywhere, since every operation reads the database (a
+    token's lookup, at least) and answers 503 while it is unavailable. What a view adds it declares itself
+    (and @roles declares its 400 and 403)."""
 
     def operation_helper(self, path=None, operations=None, **kwargs):
         for operation in (operations or {}).values():
-            statuses = [422] if operation.get("security") == [] else [401, 413, 422]
+            statuses = [422, 503] if operation.get("security") == [] else [401, 413, 422, 503]
             if "requestBody" in operation:
                 statuses.append(400)
             responses = operation.setdefault("responses", {})

@@ -150,7 +150,7 @@ class RunById(MethodView):
 @blp.route("/runs/<uuid:run_id>/events", parameters=HEADERS)
 class RunEvents(MethodView):
     @roles("host", "operator")
-    @errors(400, 401, 403, 404)
+    @errors(400, 401, 403, 404, 429)  # 429: as many event streams as allowed are open
     @blp.arguments(EventsQuerySchema(), location="query")
     @blp.response(200, EventListSchema, example=examples.EVENTS,
                   description="JSON, or with `Accept: text/event-stream` server-sent events: `id:` the sequence, "
