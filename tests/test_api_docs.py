@@ -4,6 +4,7 @@ answers with and every event kind the code writes has its place on the page."""
 import re
 
 from sidecar.api.error_codes import ERROR_CODES
+from sidecar.api.event_schemas import PAYLOADS
 from tests.helpers import ROOT
 
 pytest_plugins = ["tests.api_support"]
@@ -39,3 +40,5 @@ def test_every_event_kind_written_is_described():
     assert {"status", "pause", "decision", "outbound", "budget", "error", "note"} <= written
     described = set(re.findall(r"^\| `(\w+)` \| ", PAGE.split("## Events", 1)[1], re.MULTILINE))
     assert written <= described, f"event kinds missing from docs/http-api.md: {sorted(written - described)}"
+    # The OpenAPI document types the same kinds (api/event_schemas.py), no more and no fewer.
+    assert described == set(PAYLOADS), sorted(described ^ set(PAYLOADS))
