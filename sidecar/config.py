@@ -1,4 +1,4 @@
-"""Configuration from the environment (http-api.md, "Configuration"). Read once, passed down."""
+"""Configuration from the environment (docs/configuration.md). Read once, passed down."""
 
 import os
 from dataclasses import dataclass, field
@@ -44,12 +44,25 @@ def _int_env(env, name: str, default: int) -> int:
     return value
 
 
+def _switch_env(env, name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SystemExit(f"{name} must be 1, true, yes, on or 0, false, no, off, not {raw!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     instance_path: Path
     database_url: str
     lease_seconds: float = 30.0
     metrics_public: bool = False
+    # The OpenAPI document and the docs page answer without a token (NRLLM_PUBLIC_DOCS=0 closes them).
+    public_docs: bool = True
     public_url: str | None = None
     remote_allow: tuple[str, ...] = field(default_factory=tuple)
     secret_keys: tuple[str, ...] = field(default_factory=tuple)
@@ -84,6 +97,7 @@ class Settings:
             database_url=url,
             lease_seconds=_float_env(env, "NRLLM_LEASE_SECONDS", 30.0),
             metrics_public=env.get("NRLLM_METRICS_PUBLIC", "") in ("1", "true", "yes"),
+            public_docs=_switch_env(env, "NRLLM_PUBLIC_DOCS", True),
             public_url=env.get("NRLLM_PUBLIC_URL") or None,
             remote_allow=tuple(p.strip() for p in env.get("NRLLM_REMOTE_ALLOW", "").split(",") if p.strip()),
             secret_keys=tuple(k.strip() for k in env.get("NRLLM_SECRET_KEYS", "").split(",") if k.strip()),

@@ -180,6 +180,6 @@ def prepare(settings: Settings, base_url: str) -> str:
         "The command that approves it is printed below as soon as the run waits.",
         "Create another run:",
         f'  curl -s {auth} -H "Content-Type: application/json" -d {body} {api}/runs',
-        f"API documentation: {api}/openapi.json (with the same Authorization header)",
+        f"API documentation: {api}/docs in a browser (Authorize with the token), {api}/openapi.json",
         "",
     ])

@@ -10,7 +10,7 @@ from sidecar.store.events import list_events
 from sidecar.store.models import ToolResult
 from sidecar.store.remote_agents import AgentFields
 
-A2A_DATABASES = ["sqlite", "postgresql"]  # the A2A flows run on these (architecture.md, "Real parts")
+A2A_DATABASES = ["sqlite", "postgresql"]  # the A2A flows run on these (docs/architecture.md, "Databases and processes")
 LEASE = LeasePolicy(30)
 
 

@@ -1,6 +1,6 @@
-"""What the model gets from a delegation, exactly as the built-in tools table says (http-api.md), the
-one-dependency-per-turn rule, and the run's budgets across a suspension; a real a2a-sdk peer on SQLite and
-PostgreSQL."""
+"""What the model gets from a delegation, exactly as the built-in tools table says (docs/http-api.md,
+"Built-in tools"), the one-dependency-per-turn rule, and the run's budgets across a suspension; a real
+a2a-sdk peer on SQLite and PostgreSQL."""
 
 import json
 import socket

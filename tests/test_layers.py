@@ -1,4 +1,5 @@
-"""The layers of architecture.md, checked on the source: SQL lives in sidecar/store/ only, and domain/ is pure."""
+"""The layers of docs/architecture.md ("Layers"), checked on the source: SQL lives in sidecar/store/ only,
+and domain/ is pure."""
 
 import ast
 from pathlib import Path

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SURFACE_FILE = ROOT / "docs" / "public-surface.json"
 MESSAGE = (
     "the public surface changed; if intended, run `python -m sidecar.surface --write` and say in "
-    "docs/stability.md/CHANGELOG whether it is additive"
+    "CHANGELOG.md whether it is additive (docs/stability.md)"
 )
 
 

@@ -7,7 +7,21 @@ from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_context, plugin_manager
 from ..store import db
-from . import access, auth, decisions, grants, headers, health, metrics, parsing, remote_agents, runs, streaming
+from . import (
+    access,
+    auth,
+    decisions,
+    docs_page,
+    event_schemas,
+    grants,
+    headers,
+    health,
+    metrics,
+    parsing,
+    remote_agents,
+    runs,
+    streaming,
+)
 from . import compat as compat_views
 from . import push as push_views
 from .errors import SidecarApi
@@ -25,10 +39,8 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         API_TITLE="nr-llm sidecar",
         API_VERSION=__version__,  # the OpenAPI info.version: the sidecar's release; paths carry v1
         OPENAPI_VERSION="3.0.3",
-        OPENAPI_URL_PREFIX="/api/v1",
-        OPENAPI_JSON_PATH="openapi.json",
-        OPENAPI_SWAGGER_UI_PATH="docs",
-        OPENAPI_SWAGGER_UI_URL="https://cdn.jsdelivr.net/npm/swagger-ui-dist/",
+        # No OPENAPI_URL_PREFIX: the document and the docs page are api/docs_page.py's (local assets, and
+        # readable without a token unless NRLLM_PUBLIC_DOCS=0).
         # Every operation needs the bearer token unless it says otherwise (health: security []).
         API_SPEC_OPTIONS={"security": [{SECURITY_SCHEME: []}]},
     )
@@ -51,6 +63,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     api.register_blueprint(remote_agents.blp)
     api.register_blueprint(decisions.blp)
     api.register_blueprint(grants.blp)
+    app.register_blueprint(docs_page.blp)  # plain Flask: the document does not describe itself
     for blueprints in plugin_manager().hook.nrllm_register_routes(context=plugin_context()):
         for blueprint in blueprints or []:
             api.register_blueprint(blueprint)
@@ -70,6 +83,7 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
 
 def _document_common_parts(api: SidecarApi) -> None:
     components = api.spec.components
+    event_schemas.register(api.spec)
     components.security_scheme(
         SECURITY_SCHEME,
         {"type": "http", "scheme": "bearer",

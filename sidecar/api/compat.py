@@ -1,5 +1,5 @@
-"""Consumers and compatibility (http-api.md): the host reports the consumers it has loaded; the gate says
-what may be written and whether delegation is offered."""
+"""Consumers and compatibility (docs/http-api.md, "Consumers and compatibility"): the host reports the
+consumers it has loaded; the gate says what may be written and whether delegation is offered."""
 
 from flask.views import MethodView
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
@@ -9,6 +9,7 @@ import nrllm_sidecar_compat.service as compat_service
 from ..domain.clock import rfc3339
 from ..domain.vocabulary import RunStatus
 from ..store import consumers as consumer_store
+from . import examples
 from .auth import roles
 from .errors import ApiError, error_responses
 from .parsing import Blueprint
@@ -43,21 +44,46 @@ class ConsumerReportSchema(Schema):
 class ReportedConsumerSchema(Schema):
     name = fields.String()
     version = fields.String()
-    understands = fields.List(fields.String())
-    declared_by = fields.String()
+    understands = fields.List(fields.String(metadata={"enum": STATUS_NAMES}))
+    declared_by = fields.String(metadata={
+        "description": "who said what it understands: `plugin NAME` or `host report`"})
 
 
 class ConsumerListSchema(Schema):
-    reported_at = fields.String(allow_none=True)
+    reported_at = fields.String(allow_none=True, metadata={"format": "date-time"})
     consumers = fields.List(fields.Nested(ReportedConsumerSchema))
+
+
+class BlockerSchema(Schema):
+    consumer = fields.String(metadata={"description": "the consumer that cannot read the status"})
+    version = fields.String(metadata={"description": "its version as reported"})
+    understands_from = fields.String(allow_none=True, metadata={
+        "description": "the first version of it that reads the status; null when none is known"})
+
+
+class StatusGateSchema(Schema):
+    writable = fields.Boolean(metadata={"description": "the status may be written (for runs without an origin)"})
+    blocked_by = fields.List(fields.Nested(BlockerSchema))
+
+
+class DelegationOfferSchema(Schema):
+    offered = fields.Boolean(metadata={"description": "delegation tools are offered (for runs without an origin)"})
+    blocked_origins = fields.List(fields.String(), metadata={
+        "description": "origins for which delegation is not offered although it is for the rest"})
+    reason = fields.String(allow_none=True, metadata={
+        "description": "for people: why delegation is not offered, citing the consumer's upgrade note; null when "
+                       "it is"})
 
 
 class CompatReportSchema(Schema):
-    reported_at = fields.String(allow_none=True)
-    statuses = fields.Dict(keys=fields.String(), values=fields.Dict())
-    delegation = fields.Dict()
+    reported_at = fields.String(allow_none=True, metadata={
+        "format": "date-time", "description": "when the host last reported; null before its first report"})
+    statuses = fields.Dict(keys=fields.String(), values=fields.Nested(StatusGateSchema), metadata={
+        "description": "each status outside the base vocabulary (such as waiting_for_dependency) -> its gate"})
+    delegation = fields.Nested(DelegationOfferSchema)
     consumers = fields.List(fields.Nested(ReportedConsumerSchema))
-    runs_in_unreadable_status = fields.Integer()
+    runs_in_unreadable_status = fields.Integer(metadata={
+        "description": "runs in a status a loaded consumer cannot read (written before a report took it away)"})
 
 
 def _reported_consumers() -> dict:
@@ -80,14 +106,14 @@ def _valid_name(name: str) -> str:
 @blp.route("/consumers")
 class Consumers(MethodView):
     @roles("host", "operator", actor=False)
-    @blp.response(200, ConsumerListSchema)
+    @blp.response(200, ConsumerListSchema, example=examples.CONSUMERS)
     def get(self):
         """The host's report of loaded consumers."""
         return _reported_consumers()
 
     @roles("host", actor=False)
-    @blp.arguments(ConsumerReportSchema())
-    @blp.response(200, ConsumerListSchema)
+    @blp.arguments(ConsumerReportSchema(), example=examples.CONSUMER_REPORT)
+    @blp.response(200, ConsumerListSchema, example=examples.CONSUMERS)
     def put(self, body):
         """Report every consumer the host has loaded, replacing the previous report ([] opens the gate)."""
         consumer_store.replace_report(body["consumers"])
@@ -97,8 +123,8 @@ class Consumers(MethodView):
 @blp.route("/consumers/<name>")
 class Consumer(MethodView):
     @roles("host", actor=False)
-    @blp.arguments(ConsumerVersionSchema())
-    @blp.response(200, ConsumerListSchema)
+    @blp.arguments(ConsumerVersionSchema(), example=examples.CONSUMER_VERSION)
+    @blp.response(200, ConsumerListSchema, example=examples.CONSUMERS)
     def put(self, body, name):
         """Add or update one consumer of the report."""
         consumer_store.put_consumer(_valid_name(name), body["version"], body.get("understands"))
@@ -116,7 +142,7 @@ class Consumer(MethodView):
 @blp.route("/compat")
 class Compat(MethodView):
     @roles("host", "operator", actor=False)
-    @blp.response(200, CompatReportSchema)
+    @blp.response(200, CompatReportSchema, example=examples.COMPAT)
     def get(self):
         """The gate's report: which statuses may be written, whether delegation is offered, and why."""
         report = compat_service.report()

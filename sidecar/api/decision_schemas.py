@@ -1,11 +1,11 @@
-"""marshmallow schemas of the inbox, the decision endpoint and grants (http-api.md, "Inbox and decisions",
+"""marshmallow schemas of the inbox, the decision endpoint and grants (docs/http-api.md, "Inbox and decisions",
 "Grants")."""
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from ..domain.decisions import MAX_COMMENT
 from ..store.grants import GRANTS
-from .schemas import INT32, StrictInteger
+from .schemas import INT32, PendingCallSchema, StrictInteger
 
 
 class DecisionBodySchema(Schema):
@@ -32,7 +32,7 @@ class ReceiptSchema(Schema):
     run_id = fields.String(metadata={"format": "uuid"})
     pause_id = fields.String(metadata={"format": "uuid"})
     generation = fields.Integer()
-    decision = fields.String()
+    decision = fields.String(metadata={"enum": ["approve", "deny", "input"]})
     stored_at = fields.String(metadata={"format": "date-time"})
 
 
@@ -41,11 +41,11 @@ class InboxItemSchema(Schema):
     pause_id = fields.String(metadata={"format": "uuid"})
     generation = fields.Integer()
     kind = fields.String(metadata={"enum": ["approval", "input"]})
-    turn_digest = fields.String()
-    pending_calls = fields.List(fields.Dict())
-    input_schema = fields.Dict()
-    question = fields.String()
-    tool_call_id = fields.String()
+    turn_digest = fields.String(metadata={"description": "approval: the SHA-256 of the pending calls"})
+    pending_calls = fields.List(fields.Nested(PendingCallSchema), metadata={"description": "approval"})
+    input_schema = fields.Dict(metadata={"description": "input: the JSON schema the answer must match"})
+    question = fields.String(metadata={"description": "input: the question the model asked"})
+    tool_call_id = fields.String(metadata={"description": "input: the call the answer answers"})
     since = fields.String(metadata={"format": "date-time"})
 
 
@@ -65,4 +65,4 @@ class GrantsQuerySchema(Schema):
 class GrantsSchema(Schema):
     actor = fields.String()
     workspace = fields.String()
-    grants = fields.List(fields.String())
+    grants = fields.List(fields.String(metadata={"enum": list(GRANTS)}))

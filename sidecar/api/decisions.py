@@ -1,4 +1,4 @@
-"""The inbox and the decision endpoint (http-api.md, "Inbox and decisions"): host actors only.
+"""The inbox and the decision endpoint (docs/http-api.md, "Inbox and decisions"): host actors only.
 
 A decision is checked and stored as it claims its pause, in one transaction (sidecar/decisions/service.py).
 `mode: "store"` answers 202 with the receipt and a worker continues the run. `mode: "now"` also claimed
@@ -18,7 +18,7 @@ from ..domain.vocabulary import RunStatus
 from ..engine import AgentLoop
 from ..store import idempotency, runs
 from ..store.db import database
-from . import streaming
+from . import examples, streaming
 from .auth import principal, roles
 from .decision_schemas import DecisionBodySchema, InboxSchema, ReceiptSchema
 from .documents import format_times, run_document
@@ -39,7 +39,7 @@ def errors(*statuses: int):
 class Inbox(MethodView):
     @roles("host")
     @errors(400, 401, 403)
-    @blp.response(200, InboxSchema)
+    @blp.response(200, InboxSchema, example=examples.INBOX)
     def get(self):
         """The pauses the actor may decide, oldest first (never a run waiting for a dependency)."""
         who = principal()
@@ -49,11 +49,13 @@ class Inbox(MethodView):
 @blp.route("/runs/<uuid:run_id>/decision", parameters=HEADERS)
 class RunDecision(MethodView):
     @roles("host")
-    @errors(400, 401, 403, 404, 409, 413, 422)
-    @blp.arguments(DecisionBodySchema())
-    @blp.response(200, RunSchema, description="mode now: the Run when the segment ends (terminal or waiting "
-                  "again); with `Accept: text/event-stream` the run's events as server-sent events instead")
-    @blp.alt_response(202, schema=ReceiptSchema, description="mode store: the receipt; a worker continues the run")
+    @errors(400, 401, 403, 404, 409, 413, 422, 429)  # 429: with a stream, as many as allowed are open
+    @blp.arguments(DecisionBodySchema(), example=examples.DECISION)
+    @blp.response(200, RunSchema, example=examples.RUN_COMPLETED,
+                  description="mode now: the Run when the segment ends (terminal or waiting again); with "
+                  "`Accept: text/event-stream` the run's events as server-sent events instead")
+    @blp.alt_response(202, schema=ReceiptSchema, example=examples.RECEIPT,
+                      description="mode store: the receipt; a worker continues the run")
     @blp.doc(parameters=[{"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
                           "description": "replays the first answer for the same body (24 h); another body is 422"}])
     def post(self, body, run_id):

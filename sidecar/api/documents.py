@@ -1,4 +1,4 @@
-"""The contract's JSON documents (http-api.md, "Runs") built from store rows (and store reads). No Flask:
+"""The contract's JSON documents (docs/http-api.md, "Runs") built from store rows (and store reads). No Flask:
 the command line prints the same documents."""
 
 import base64

@@ -1,12 +1,15 @@
-"""One error shape for every answer that is not a success: {"code", "message", "errors"?} (http-api.md)."""
+"""One error shape for every answer that is not a success: {"code", "message", "errors"?}
+(docs/http-api.md, "Errors")."""
 
 from http import HTTPStatus
 
 from apispec import BasePlugin
 from flask_smorest import Api
+from flask_smorest.utils import prepare_response
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from ..store import db
+from .examples import error_examples
 from .schemas import ErrorSchema
 
 # While the database is unavailable: how long a client is asked to wait before it asks again.
@@ -107,12 +110,13 @@ class SharedErrorResponses(BasePlugin):
     422 for the NUL character in a path or query value (parsing.refuse_nul_in_url) or an over-long or NUL
     actor or workspace header, and, unless the operation is public (`security: []`), 401 without a valid
     token and 413 for a body over the limit (auth.authenticate); 400 wherever a body is read that is not a
-    JSON object (parsing.StrictJsonParser). What a view adds it declares itself (and @roles declares its 400
-    and 403)."""
+    JSON object (parsing.StrictJsonParser); and 503 everywhere, since every operation reads the database (a
+    token's lookup, at least) and answers 503 while it is unavailable. What a view adds it declares itself
+    (and @roles declares its 400 and 403)."""
 
     def operation_helper(self, path=None, operations=None, **kwargs):
         for operation in (operations or {}).values():
-            statuses = [422] if operation.get("security") == [] else [401, 413, 422]
+            statuses = [422, 503] if operation.get("security") == [] else [401, 413, 422, 503]
             if "requestBody" in operation:
                 statuses.append(400)
             responses = operation.setdefault("responses", {})
@@ -131,6 +135,15 @@ class SidecarApi(Api):
 
     def __init__(self, app=None, **kwargs):
         super().__init__(app, spec_kwargs={"extra_plugins": [SharedErrorResponses()]}, **kwargs)
+
+    def _register_responses(self):
+        # flask-smorest's error answers, each with an example of every code that status carries.
+        super()._register_responses()
+        for status in HTTPStatus:
+            if status >= 400 and (examples := error_examples(status)):
+                response = {"description": status.phrase, "schema": self.ERROR_SCHEMA, "examples": examples}
+                prepare_response(response, self.spec, self.DEFAULT_RESPONSE_CONTENT_TYPE)
+                self.spec.components.response(status.name, response, lazy=True)
 
     def init_app(self, app, *args, **kwargs):
         super().init_app(app, *args, **kwargs)

@@ -1,8 +1,9 @@
-"""Grants (http-api.md, "Grants"): what an actor may decide in a workspace besides their own runs."""
+"""Grants (docs/http-api.md, "Grants"): what an actor may decide in a workspace besides their own runs."""
 
 from flask.views import MethodView
 
 from ..store import grants
+from . import examples
 from .auth import MAX_ACTOR, roles
 from .decision_schemas import GrantsBodySchema, GrantsQuerySchema, GrantsSchema
 from .errors import ApiError
@@ -22,15 +23,15 @@ def _actor(actor: str) -> str:
 class ActorGrants(MethodView):
     @roles("host", "operator", actor=False)
     @blp.arguments(GrantsQuerySchema(), location="query")
-    @blp.response(200, GrantsSchema)
+    @blp.response(200, GrantsSchema, example=examples.GRANTS)
     def get(self, query, actor):
         """The actor's grants in a workspace (`workspace`, default 0)."""
         return {"actor": _actor(actor), "workspace": query["workspace"],
                 "grants": grants.of(actor, query["workspace"])}
 
     @roles("host", actor=False)
-    @blp.arguments(GrantsBodySchema())
-    @blp.response(200, GrantsSchema)
+    @blp.arguments(GrantsBodySchema(), example=examples.GRANTS_BODY)
+    @blp.response(200, GrantsSchema, example=examples.GRANTS)
     def put(self, body, actor):
         """Replace the actor's grants in a workspace (host): `agent:approve`, `agent:input`."""
         saved = grants.replace(_actor(actor), body["workspace"], body["grants"])

@@ -9,10 +9,18 @@ from .. import __version__, keys
 from ..domain.clock import rfc3339
 from ..domain.lease import LeasePolicy
 from ..store import db, remote_agents, runs, sealed, workers
+from . import examples
 from .auth import public
 from .errors import retry_after
 
 blp = Blueprint("health", __name__, url_prefix="/api/v1", description="Liveness and readiness")
+
+
+class FailingAgentSchema(Schema):
+    name = fields.String()
+    consecutive_failures = fields.Integer()
+    since = fields.String(allow_none=True, metadata={"format": "date-time"})
+    last_error = fields.String(allow_none=True, metadata={"description": "without URLs (no token is needed here)"})
 
 
 class HealthSchema(Schema):
@@ -24,16 +32,16 @@ class HealthSchema(Schema):
     version = fields.String(metadata={"description": "the sidecar's release (as nrllm-sidecar --version)"})
     database_unavailable_seconds = fields.Float(metadata={
         "description": "how long this process has found the database unavailable (0: it answers)"})
-    failing_agents = fields.List(fields.Dict(), metadata={
-        "description": "remote agents whose last call failed: name, consecutive_failures, since, last_error "
-                       "(without URLs); they do not make the status degraded"})
+    failing_agents = fields.List(fields.Nested(FailingAgentSchema), metadata={
+        "description": "remote agents whose last call failed; they do not make the status degraded"})
 
 
 @blp.route("/health")
 @public()
 class Health(MethodView):
-    @blp.response(200, HealthSchema)
-    @blp.alt_response(503, schema=HealthSchema, description="the database does not answer: status degraded")
+    @blp.response(200, HealthSchema, example=examples.HEALTH)
+    @blp.alt_response(503, schema=HealthSchema, example=examples.HEALTH_UNAVAILABLE,
+                      description="the database does not answer: status degraded")
     @blp.doc(security=[])
     def get(self):
         settings = current_app.config["NRLLM_SETTINGS"]

@@ -10,6 +10,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from ..domain.vocabulary import RunStatus
 from ..store import remote_agents, runs
+from . import examples
 from .auth import principal, public
 from .errors import ApiError
 from .parsing import Blueprint
@@ -40,7 +41,7 @@ class _Scrape:
 @public(when=lambda settings: settings.metrics_public)
 class Metrics(MethodView):
     @blp.doc(responses={200: {"description": "Prometheus text format 0.0.4",
-                              "content": {"text/plain": {"schema": {"type": "string"}}}},
+                              "content": {"text/plain": {"schema": {"type": "string"}, "example": examples.METRICS}}},
                         401: "UNAUTHORIZED", 403: "FORBIDDEN"},
              description="Needs an operator token, unless NRLLM_METRICS_PUBLIC=1.")
     def get(self):

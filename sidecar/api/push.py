@@ -1,11 +1,13 @@
-"""POST /api/v1/push: the A2A push-notification webhook (http-api.md). Public: the remote agent shows the
-delegation's own token instead of a bearer token of ours (delegation/push.py has the rules)."""
+"""POST /api/v1/push: the A2A push-notification webhook (docs/http-api.md, "Remote agents, the outbound
+journal and push"). Public: the remote agent shows the delegation's own token instead of a bearer token of
+ours (delegation/push.py has the rules)."""
 
 from flask import request
 from flask.views import MethodView
 
 from .. import metrics
 from ..delegation import push
+from . import examples
 from .auth import public
 from .errors import ApiError, error_responses
 from .parsing import Blueprint, json_object
@@ -25,6 +27,8 @@ def _presented_token() -> str | None:
 @public()
 class PushNotification(MethodView):
     @blp.doc(security=[], responses=error_responses(400, 401, 404, 413),
+             requestBody={"required": True, "content": {"application/json": {
+                 "schema": {"type": "object", "description": "an A2A push notification"}, "example": examples.PUSH}}},
              description=f"The delegation's token in `{push.TOKEN_HEADER}` or `Authorization: Bearer`; the body "
                          "is an A2A StreamResponse (or a 0.3 Task). It only makes the coordinator look sooner.")
     @blp.response(204)

@@ -1,5 +1,5 @@
-"""Remote agents, the outbound journal and its resend (http-api.md, "Remote agents, outbound journal, push"):
-operators only.
+"""Remote agents, the outbound journal and its resend (docs/http-api.md, "Remote agents, the outbound
+journal and push"): operators only.
 
 Auth values are write-only: they are sealed before they are stored and no answer, log line or error
 message carries them.
@@ -21,6 +21,7 @@ from ..domain.errors import NotFound
 from ..store import outbound_listing
 from ..store import remote_agents as store
 from ..store.models import Outbound, RemoteAgent
+from . import examples
 from .auth import principal, roles
 from .errors import ApiError, error_responses
 from .parsing import Blueprint
@@ -130,8 +131,8 @@ def _known_name(name: str) -> str:
 class RemoteAgents(MethodView):
     @roles("operator", actor=False)
     @errors(400, 401, 403, 409, 413)
-    @blp.arguments(AgentCreateSchema())
-    @blp.response(201, AgentSchema)
+    @blp.arguments(AgentCreateSchema(), example=examples.AGENT_CREATE)
+    @blp.response(201, AgentSchema, example=examples.AGENT)
     def post(self, body):
         """Register a remote agent. A name already registered is 409 invalid_state."""
         try:
@@ -143,7 +144,7 @@ class RemoteAgents(MethodView):
 
     @roles("operator", actor=False)
     @errors(401, 403)
-    @blp.response(200, AgentListSchema)
+    @blp.response(200, AgentListSchema, example=examples.AGENTS)
     def get(self):
         """Every registered agent, by name."""
         return {"items": [agent_document(row) for row in store.list_agents()]}
@@ -153,7 +154,7 @@ class RemoteAgents(MethodView):
 class RemoteAgentByName(MethodView):
     @roles("operator", actor=False)
     @errors(401, 403, 404)
-    @blp.response(200, AgentSchema)
+    @blp.response(200, AgentSchema, example=examples.AGENT)
     def get(self, name):
         """One agent."""
         row = store.get_agent(_known_name(name))
@@ -163,8 +164,8 @@ class RemoteAgentByName(MethodView):
 
     @roles("operator", actor=False)
     @errors(400, 401, 403, 404, 413)
-    @blp.arguments(AgentReplaceSchema())
-    @blp.response(200, AgentSchema)
+    @blp.arguments(AgentReplaceSchema(), example=examples.AGENT_REPLACE)
+    @blp.response(200, AgentSchema, example=examples.AGENT)
     def put(self, body, name):
         """Replace an agent's settings. `auth` with a header and no value keeps the stored value; no `auth`
         removes it."""
@@ -200,7 +201,7 @@ class OutboundJournal(MethodView):
     @roles("operator", actor=False)
     @errors(401, 403)
     @blp.arguments(OutboundQuerySchema(), location="query")
-    @blp.response(200, OutboundListSchema)
+    @blp.response(200, OutboundListSchema, example=examples.OUTBOUNDS)
     def get(self, query):
         """Journal rows, newest first (at most `limit`), filtered by outcome, run and kind."""
         rows = outbound_listing.list_outbound(
@@ -214,7 +215,7 @@ class OutboundJournal(MethodView):
 class OutboundResend(MethodView):
     @roles("operator", actor=False)
     @errors(401, 403, 404, 409)
-    @blp.response(201, OutboundSchema)
+    @blp.response(201, OutboundSchema, example=examples.OUTBOUND_RESENT)
     def post(self, outbound_id):
         """Resend a send row whose outcome is unknown, under a new message id (the old row `superseded`).
         Reconciliation is tried first; anything but an `outcome_unknown` send its run still waits on is

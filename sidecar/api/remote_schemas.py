@@ -1,4 +1,5 @@
-"""Schemas of the remote agents and outbound endpoints (http-api.md, "Remote agents, outbound journal").
+"""Schemas of the remote agents and outbound endpoints (docs/http-api.md, "Remote agents, the outbound
+journal and push").
 
 A secret's value is validated without ever being echoed: every message here is fixed text.
 """

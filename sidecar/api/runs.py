@@ -1,4 +1,4 @@
-"""The runs API (http-api.md, "Runs"): create, get, list, events (JSON or server-sent), cancel."""
+"""The runs API (docs/http-api.md, "Runs"): create, get, list, events (JSON or server-sent), cancel."""
 
 import hashlib
 import json
@@ -11,7 +11,7 @@ from ..domain.errors import InvalidState, NotFound
 from ..store import idempotency, runs
 from ..store.events import list_events
 from ..store.models import Run
-from . import streaming
+from . import examples, streaming
 from .auth import Principal, principal, roles
 from .documents import decode_cursor, encode_cursor, event_document, run_document
 from .errors import ApiError, error_responses
@@ -59,8 +59,8 @@ def visible_run(run_id, who: Principal, *, owner_only: bool = False) -> Run:
 class Runs(MethodView):
     @roles("host")
     @errors(400, 401, 403, 413)
-    @blp.arguments(RunCreateSchema())
-    @blp.response(201, RunSchema)
+    @blp.arguments(RunCreateSchema(), example=examples.RUN_CREATE)
+    @blp.response(201, RunSchema, example=examples.RUN)
     @blp.doc(parameters=[{"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
                           "description": "replays the first answer for the same body (24 h); another body is 422"}])
     def post(self, body):
@@ -85,7 +85,7 @@ class Runs(MethodView):
     @roles("host", "operator")
     @errors(400, 401, 403)
     @blp.arguments(RunListQuerySchema(), location="query")
-    @blp.response(200, RunListSchema)
+    @blp.response(200, RunListSchema, example=examples.RUN_LIST)
     def get(self, query):
         """List runs, newest first: a host's actor sees the runs it owns or may decide, an operator all."""
         who = principal()
@@ -141,7 +141,7 @@ def _request_digest(who: Principal, body: dict) -> str:
 class RunById(MethodView):
     @roles("host", "operator")
     @errors(400, 401, 403, 404)
-    @blp.response(200, RunSchema)
+    @blp.response(200, RunSchema, example=examples.RUN_WAITING)
     def get(self, run_id):
         """A run: the actor's own (host) or any (operator)."""
         return run_document(visible_run(run_id, principal()))
@@ -150,12 +150,14 @@ class RunById(MethodView):
 @blp.route("/runs/<uuid:run_id>/events", parameters=HEADERS)
 class RunEvents(MethodView):
     @roles("host", "operator")
-    @errors(400, 401, 403, 404)
+    @errors(400, 401, 403, 404, 429)  # 429: as many event streams as allowed are open
     @blp.arguments(EventsQuerySchema(), location="query")
-    @blp.response(200, EventListSchema, description="JSON, or with `Accept: text/event-stream` server-sent events: "
-                  "`id:` the sequence, `event: run_event`, `data:` the event; a last `event: run` with the Run "
-                  "once it is terminal or waiting. `Last-Event-ID` resumes after that sequence.")
-    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}})
+    @blp.response(200, EventListSchema, example=examples.EVENTS,
+                  description="JSON, or with `Accept: text/event-stream` server-sent events: `id:` the sequence, "
+                  "`event: run_event`, `data:` the event; a last `event: run` with the Run once it is terminal or "
+                  "waiting. `Last-Event-ID` resumes after that sequence.")
+    @blp.doc(responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"},
+                                                                  "example": examples.EVENT_STREAM}}}})
     def get(self, query, run_id):
         """A run's events after `after`, in sequence order (JSON: up to 1000 per answer)."""
         run = visible_run(run_id, principal())
@@ -168,7 +170,7 @@ class RunEvents(MethodView):
 class RunCancel(MethodView):
     @roles("host", "operator")
     @errors(400, 401, 403, 404, 409)
-    @blp.response(200, RunSchema)
+    @blp.response(200, RunSchema, example=examples.RUN_CANCELLED)
     def post(self, run_id):
         """Cancel: queued or waiting at once; running at its next step boundary; terminal is 409."""
         who = principal()

@@ -6,7 +6,8 @@ well-formed but absurd value is a 422 instead of a database error.
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from ..domain.vocabulary import RunStatus
+from ..domain.vocabulary import RunStatus, TerminationReason, ToolEffect
+from .error_codes import ERROR_CODES
 
 INT32 = 2**31 - 1
 INT63 = 2**63 - 1
@@ -96,6 +97,17 @@ class BudgetStateSchema(Schema):
     iterations_used = fields.Integer()
 
 
+class PendingCallSchema(Schema):
+    """A call of the model's turn that waits for a person's approval, as the person is shown it."""
+
+    id = fields.String(metadata={"description": "the tool call's id"})
+    name = fields.String(metadata={"description": "the tool's name"})
+    arguments = fields.Dict(metadata={"description": "the arguments the model gave"})
+    effect = fields.String(allow_none=True, metadata={
+        "enum": [*(e.value for e in ToolEffect), None],
+        "description": "what the tool declares it does; null for an unknown tool"})
+
+
 class WaitingSchema(Schema):
     """Present only while the run waits; which fields are set depends on `kind`."""
 
@@ -110,10 +122,10 @@ class WaitingSchema(Schema):
     outcome = fields.String()
     next_poll_at = fields.String(metadata={"format": "date-time"})
     deadline_at = fields.String(metadata={"format": "date-time"})
-    turn_digest = fields.String()
-    pending_calls = fields.List(fields.Dict())
-    input_schema = fields.Dict()
-    question = fields.String()
+    turn_digest = fields.String(metadata={"description": "approval: the SHA-256 of the pending calls"})
+    pending_calls = fields.List(fields.Nested(PendingCallSchema), metadata={"description": "approval"})
+    input_schema = fields.Dict(metadata={"description": "input: the JSON schema the answer must match"})
+    question = fields.String(metadata={"description": "input: the question the model asked"})
 
 
 class RunSchema(Schema):
@@ -124,7 +136,8 @@ class RunSchema(Schema):
     origin = fields.String(allow_none=True)
     input = fields.String()
     output = fields.String(allow_none=True)
-    termination_reason = fields.String(allow_none=True)
+    termination_reason = fields.String(allow_none=True, metadata={
+        "enum": [*(r.value for r in TerminationReason), None], "description": "why a finished run ended"})
     created_at = fields.String(metadata={"format": "date-time"})
     updated_at = fields.String(metadata={"format": "date-time"})
     finished_at = fields.String(allow_none=True, metadata={"format": "date-time"})
@@ -152,15 +165,10 @@ class RunListQuerySchema(Schema):
     cursor = fields.String(metadata={"description": "the `next_cursor` of the previous page"})
 
 
-class EventSchema(Schema):
-    sequence = fields.Integer()
-    kind = fields.String()
-    at = fields.String(metadata={"format": "date-time"})
-    payload = fields.Dict()
-
-
 class EventListSchema(Schema):
-    items = fields.List(fields.Nested(EventSchema))
+    # Each item is an `Event`, a oneOf over the kinds (api/event_schemas.py registers it): documented there,
+    # passed through here as stored.
+    items = fields.List(fields.Raw(metadata={"allOf": [{"$ref": "#/components/schemas/Event"}]}))
 
 
 class EventsQuerySchema(Schema):
@@ -169,7 +177,8 @@ class EventsQuerySchema(Schema):
 
 
 class ErrorSchema(Schema):
-    code = fields.String(metadata={"description": "the contract's error code, e.g. validation_failed"})
-    message = fields.String()
+    code = fields.String(required=True, metadata={
+        "enum": sorted(ERROR_CODES), "description": "public and stable; the table in docs/http-api.md says when"})
+    message = fields.String(required=True, metadata={"description": "for people; its wording may change"})
     errors = fields.Dict(keys=fields.String(), values=fields.List(fields.String()),
-                         metadata={"description": "field -> messages (flat)"})
+                         metadata={"description": "field -> messages (flat), only where fields are concerned"})

@@ -1,7 +1,7 @@
 """Taking a decision on a paused run: the checks in the contract's order, and the one guarded transaction
 that stores the decision as it claims the pause (both modes; decide-now also claims the run's lease).
 
-Checks (http-api.md, "Inbox and decisions"): the run exists for this actor (404), the decider's current
+Checks (docs/http-api.md, "Inbox and decisions"): the run exists for this actor (404), the decider's current
 permission (403), the pause is the run's current one and still pending (409 pause_not_pending) with the
 named generation (409 stale_generation), the input against the pause's schema (422 invalid_input), the
 approved content against the turn digest (409 digest_mismatch). They run inside the claiming transaction,
@@ -59,7 +59,7 @@ class Taken:
 
 
 def can_see(actor: str, workspace: str, run: Run) -> bool:
-    """A host's actor sees the runs it owns and the runs it may decide (http-api.md, roles)."""
+    """A host's actor sees the runs it owns and the runs it may decide (docs/http-api.md, "Who may call what")."""
     return run.owner == actor or may_decide(actor, workspace, run)
 
 

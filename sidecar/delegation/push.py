@@ -1,4 +1,5 @@
-"""The push webhook's rules (http-api.md, `POST /api/v1/push`; the view is api/push.py).
+"""The push webhook's rules (`POST /api/v1/push` in docs/http-api.md, "Remote agents, the outbound journal
+and push"; the view is api/push.py).
 
 A push is authenticated by its delegation's token and names a task; it is never taken as the result.
 It only brings the wait's next poll forward to now and wakes the coordinators (in this process directly,

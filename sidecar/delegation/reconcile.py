@@ -1,4 +1,4 @@
-"""Reconciliation: after a lost answer, find the task a send created, read-only (architecture.md).
+"""Reconciliation: after a lost answer, find the task a send created, read-only (docs/delegation.md, "Reconciliation").
 
 `ListTasks` by the delegation's own contextId. Tried when the answer is lost (right after the send),
 before an operator's resend, at the deadline and at a cancel, and when a push with a valid delegation

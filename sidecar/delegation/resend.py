@@ -1,4 +1,5 @@
-"""An operator's resend of a send whose outcome is unknown (http-api.md; `nrllm-sidecar outbound resend`).
+"""An operator's resend of a send whose outcome is unknown (docs/delegation.md, "Operator resend";
+`nrllm-sidecar outbound resend`).
 
 Reconciliation comes first (read-only ListTasks): a task found turns the row `accepted` and nothing is
 resent (409 `not_resendable`, saying so). Otherwise the guarded transaction of store/resends.py supersedes

@@ -1,4 +1,4 @@
-"""The tool result texts of a delegation, exactly as http-api.md's built-in tools table says. Pure."""
+"""The tool result texts of a delegation, exactly as docs/http-api.md, "Built-in tools", says. Pure."""
 
 from datetime import datetime
 

@@ -1,4 +1,4 @@
-"""`delegate_to_agent`: the built-in delegation tool (http-api.md, built-in tools)."""
+"""`delegate_to_agent`: the built-in delegation tool (docs/http-api.md, "Built-in tools")."""
 
 from ..domain.vocabulary import ToolEffect
 from ..engine.tools import Tool, ToolError

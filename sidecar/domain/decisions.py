@@ -54,5 +54,5 @@ def compact_json(value) -> str:
 
 
 def denied_text(comment: str | None) -> str:
-    """The result a denied call gets (http-api.md: `denied: ` and the decider's comment)."""
+    """The result a denied call gets (docs/http-api.md, "Built-in tools": `denied: ` and the decider's comment)."""
     return f"denied: {comment.strip() if comment and comment.strip() else '(no comment)'}"

@@ -1,6 +1,6 @@
 """Errors the rules raise, and the control-flow signals that end a segment early.
 
-The API maps the errors to the error codes of http-api.md. The signals are no errors: they derive from
+The API maps the errors to the error codes of docs/http-api.md ("Errors"). The signals are no errors: they derive from
 BaseException, not Exception, so a tool's or a plugin's `except Exception` cannot swallow them and the core
 needs no re-raise around its broad excepts. Only the segment's executor and its worker catch them.
 """

@@ -1,7 +1,7 @@
 """Sealed data: JSON encrypted and authenticated with Fernet, and the fingerprint of the key that sealed it.
 
 A sealed value is stored with the fingerprint of its key, so opening it can tell two failures apart that
-must be handled differently (architecture.md, "Suspension checkpoint"):
+must be handled differently (docs/architecture.md, "Checkpoints"):
 
 - the key is no longer configured (an operator removed it by mistake): `KeyNotConfigured`; the run stays
   waiting and health reports it, since putting the key back repairs it;

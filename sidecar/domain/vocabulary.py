@@ -1,7 +1,8 @@
 """Every vocabulary of the run lifecycle, with the exact strings hosts and consumers depend on.
 
-The strings are part of the host-facing contract (http-api.md): never rename a value. New values arrive
-in minor releases, so every caller that switches on one of these needs a default arm.
+The strings are part of the host-facing contract (docs/http-api.md, docs/stability.md): never rename a
+value. New values arrive in minor releases, so every caller that switches on one of these needs a default
+arm.
 """
 
 from enum import StrEnum
@@ -45,8 +46,8 @@ class RunStatus(StrEnum):
 _TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 _AWAITS_PERSON = frozenset({RunStatus.WAITING_FOR_INPUT, RunStatus.WAITING_FOR_APPROVAL})
 
-# What every consumer could read before ADR-281: the statuses a consumer with an unknown version is
-# assumed to understand.
+# What every consumer could read before `waiting_for_dependency` (docs/adr/0001-durable-waits.md): the
+# statuses a consumer with an unknown version is assumed to understand.
 BASE_STATUSES = frozenset(RunStatus) - {RunStatus.WAITING_FOR_DEPENDENCY}
 
 

@@ -1,4 +1,4 @@
-"""The model provider interface and the scripted provider (http-api.md, "Scripted provider").
+"""The model provider interface and the scripted provider (docs/http-api.md, "The scripted provider").
 
 A provider answers one question: given the conversation so far and the tools on offer, what is the
 model's next turn? It raises ProviderError with a sentence saying why when it cannot answer; the loop

@@ -1,4 +1,4 @@
-"""The synchronous tool interface and the built-in tools `echo` and `sleep` (http-api.md, built-in tools).
+"""The synchronous tool interface and the built-in tools `echo` and `sleep` (docs/http-api.md, "Built-in tools").
 
 A tool declares its name, its effect and a JSON schema for its arguments, and turns valid arguments
 into a result text. The loop validates the arguments first, so `run` sees only arguments that match the
@@ -27,7 +27,7 @@ class ToolError(Exception):
 
 
 def error_text(why: str) -> str:
-    """Every failed tool call's result text starts with `error: ` (http-api.md)."""
+    """Every failed tool call's result text starts with `error: ` (docs/http-api.md, "Built-in tools")."""
     return f"error: {why}"
 
 

@@ -57,7 +57,8 @@ class Run(BaseModel):
     # Pauses of any kind so far (the generation of the current one), and the pause the run waits on.
     pause_generation = IntegerField(default=0)
     waiting_on = CharField(max_length=36, null=True)
-    # A stored decision not yet applied: the queued run continues from it (ADR-281's continuation reference).
+    # A stored decision not yet applied: the queued run continues from it (the continuation reference of
+    # docs/adr/0001-durable-waits.md).
     continuation = CharField(max_length=36, null=True)
 
     # The sequence of the run's last event; bumped in the transaction that inserts the next one.
@@ -222,7 +223,7 @@ class RemoteAgent(BaseModel):
 
 
 class Outbound(BaseModel):
-    """The outbound journal: a row is committed before its request leaves (architecture.md)."""
+    """The outbound journal: a row is committed before its request leaves (docs/adr/0004-journal-before-send.md)."""
 
     id = CharField(max_length=36, primary_key=True)
     kind = CharField(max_length=16)  # send | cancel

@@ -1,4 +1,4 @@
-"""Waking coordinators in other processes: PostgreSQL LISTEN/NOTIFY (architecture.md, "Coordinator").
+"""Waking coordinators in other processes: PostgreSQL LISTEN/NOTIFY (docs/architecture.md, "The coordinator").
 
 A write that makes a wait due sooner (a push, a new suspension, a cancel to send) calls `notify()` inside
 its transaction: PostgreSQL delivers the notification at commit, and never for a transaction rolled

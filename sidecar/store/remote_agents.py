@@ -1,4 +1,4 @@
-"""Remote agents an operator registered (http-api.md, "Remote agents").
+"""Remote agents an operator registered (docs/http-api.md, "Remote agents, the outbound journal and push").
 
 The auth value is a secret: it is stored sealed (as `<key fingerprint>:<Fernet token>`, so the column
 names the key it needs, as a checkpoint does) and only `auth_of` opens it, for the code that calls the

@@ -1,4 +1,5 @@
-"""An operator's resend of a lost send (http-api.md, `POST /api/v1/outbound/{id}/resend`).
+"""An operator's resend of a lost send (`POST /api/v1/outbound/{id}/resend`, docs/http-api.md, "Remote
+agents, the outbound journal and push").
 
 One guarded transaction: the old row goes from `outcome_unknown` to `superseded`, the wait the run is
 suspended on moves from the old row to the new one, and the new row is committed `pending` before its
