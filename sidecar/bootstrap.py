@@ -7,13 +7,9 @@ from compat.service import declarations, install_store_guard
 
 from . import keys, metrics
 from .config import Settings
-from .domain.errors import SidecarError
+from .domain.errors import SchemaNotCurrent
 from .plugins import notify_each, plugin_manager
 from .store import db, events, migrations
-
-
-class SchemaNotCurrent(SidecarError):
-    pass
 
 
 def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False,

@@ -4,6 +4,7 @@ answers with and every event kind the code writes has its place on the page."""
 import re
 
 from sidecar.api.errors import _DEFAULT_CODES
+from sidecar.domain.errors import answered_kinds
 from tests.helpers import ROOT
 
 pytest_plugins = ["tests.api_support"]
@@ -25,13 +26,15 @@ def test_every_path_and_method_of_the_openapi_document_is_described(client, oper
     assert not missing, f"docs/http-api.md does not describe {missing}"
 
 
-def test_every_error_code_is_in_the_table():
-    raised = {code for source in SOURCES
-              for code in re.findall(r"(?:ApiError|Refused)\(\d{3}, \"(\w+)\"", source)}
-    codes = raised | set(_DEFAULT_CODES.values()) | {"internal_error"}
-    assert {"not_permitted", "pause_not_pending", "digest_mismatch", "not_found"} <= codes
-    table = set(re.findall(r"^\| \d{3} \| `(\w+)` \|", PAGE, re.MULTILINE))
-    assert codes <= table, f"codes missing from the error table: {sorted(codes - table)}"
+def test_every_error_code_is_in_the_table_with_its_status():
+    answered = {(kind.http_status, kind.code) for kind in answered_kinds()} | {(500, "internal_error")}
+    assert {(403, "not_permitted"), (409, "pause_not_pending"), (409, "digest_mismatch"), (404, "not_found"),
+            (503, "database_unavailable")} <= answered
+    table = {(int(status), code) for status, code in re.findall(r"^\| (\d{3}) \| `(\w+)` \|", PAGE, re.MULTILINE)}
+    assert answered <= table, f"missing from the error table: {sorted(answered - table)}"
+    # A bare HTTP error gets the code of its status (a 415 the code of a 400's malformed body, say).
+    defaults = set(_DEFAULT_CODES.values())
+    assert defaults <= {code for _, code in table}, f"missing: {sorted(defaults - {code for _, code in table})}"
 
 
 def test_every_event_kind_written_is_described():
