@@ -7,13 +7,9 @@ from nrllm_sidecar_compat.service import declarations, install_store_guard
 
 from . import keys, metrics
 from .config import Settings
-from .domain.errors import SidecarError
+from .domain.errors import SchemaNotCurrent
 from .plugins import configure, notify_each, plugin_manager
 from .store import db, events, migrations
-
-
-class SchemaNotCurrent(SidecarError):
-    pass
 
 
 def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False,

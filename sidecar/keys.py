@@ -10,16 +10,12 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .config import Settings
-from .domain.errors import SidecarError
+from .domain.errors import SecretKeysError
 from .domain.sealing import Sealer, check_key, generate_key
 
 DEV_KEY_FILE = "secret-key.dev"
 
 _sealer: Sealer | None = None
-
-
-class SecretKeysError(SidecarError):
-    """The sealing keys are missing or malformed: the process must not start."""
 
 
 def _is_sqlite(database_url: str) -> bool:

@@ -8,6 +8,7 @@ import pytest
 from sidecar.decisions import service
 from sidecar.decisions.continuation import continue_from_decision
 from sidecar.domain.decisions import turn_digest
+from sidecar.domain.errors import InvalidInput, PauseNotPending, StaleGeneration
 from sidecar.domain.vocabulary import SegmentOutcome
 from sidecar.segment import Segment
 from sidecar.store import notes, pauses, runs
@@ -139,12 +140,12 @@ def test_a_run_paused_twice_has_generation_two_and_each_pause_its_own_id(databas
     assert first["pause_id"] != second["pause_id"]
     stale = service.DecisionRequest(run_id=run_id, actor=ACTOR, workspace="0", pause_id=second["pause_id"],
                                     generation=1, decision="approve", turn_digest=second["turn_digest"])
-    with pytest.raises(service.Refused) as refused:
+    with pytest.raises(StaleGeneration) as refused:
         service.take(stale)
-    assert (refused.value.status, refused.value.code) == (409, "stale_generation")
+    assert (refused.value.http_status, refused.value.code) == (409, "stale_generation")
     old = service.DecisionRequest(run_id=run_id, actor=ACTOR, workspace="0", pause_id=first["pause_id"],
                                   generation=1, decision="input", input={"page": 2})
-    with pytest.raises(service.Refused) as refused:
+    with pytest.raises(PauseNotPending) as refused:
         service.take(old)
     assert refused.value.code == "pause_not_pending"
     assert [p.generation for p in PersonPause.select().where(PersonPause.run == run_id)] in ([1, 2], [2, 1])
@@ -230,10 +231,10 @@ def test_input_for_a_stored_pause_whose_schema_the_policy_refuses_is_422_and_not
     run_id = paused_run(INPUT_SCRIPT)  # a pause stored before the policy held, as an upgrade finds it
     with CannedServer(SECRET_DOCUMENT) as server:
         PersonPause.update(input_schema=json.dumps({"$ref": reference.format(url=server.url)})).execute()
-        with pytest.raises(service.Refused) as refused:
+        with pytest.raises(InvalidInput) as refused:
             decide(run_id, "input", input="x")
         assert server.requests == []
-    assert (refused.value.status, refused.value.code) == (422, "invalid_input")
+    assert (refused.value.http_status, refused.value.code) == (422, "invalid_input")
     assert "The pause's schema is refused: $ref" in refused.value.errors["input"][0]
     assert Decision.select().count() == 0 and run_row(run_id).status == "waiting_for_input"
 

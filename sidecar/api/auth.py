@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from flask import current_app, g, request
 from flask_smorest.utils import deepupdate
 
+from ..domain.errors import ActorRequired, ForbiddenRole, TooLarge, Unauthenticated, ValidationFailed
 from ..store import tokens
-from .errors import ApiError, error_responses
+from .errors import error_responses
 from .parsing import unstorable_refused
 
 ACTOR_HEADER = "X-Nrllm-Actor"
@@ -71,7 +72,7 @@ def _header(name: str, limit: int) -> str | None:
     if refused := unstorable_refused(name, value):
         raise refused
     if len(value) > limit:
-        raise ApiError(422, "validation_failed", f"{name} is too long",
+        raise ValidationFailed(f"{name} is too long",
                        {name: [f"Longer than maximum length {limit}."]})
     return value or None
 
@@ -84,7 +85,7 @@ def authenticate() -> None:
     presented = _bearer()
     token = tokens.lookup(presented) if presented else None
     if token is None:
-        raise ApiError(401, "unauthenticated", "a valid bearer token is required (Authorization: Bearer ...)")
+        raise Unauthenticated("a valid bearer token is required (Authorization: Bearer ...)")
     g.principal = Principal(
         token_id=token.id,
         token_name=token.name,
@@ -95,7 +96,7 @@ def authenticate() -> None:
     limit = current_app.config["NRLLM_SETTINGS"].body_limit_bytes
     if request.content_length is not None and request.content_length > limit:
         # Refused before any view reads it, also on endpoints that take no body.
-        raise ApiError(413, "too_large", f"the body is over the limit of {limit} bytes")
+        raise TooLarge(f"the body is over the limit of {limit} bytes")
 
 
 def principal() -> Principal:
@@ -110,9 +111,9 @@ def roles(*allowed: str, actor: bool = True):
         def wrapper(*args, **kwargs):
             who = g.principal
             if who.role not in allowed:
-                raise ApiError(403, "forbidden_role", f"a {who.role} token may not use this endpoint")
+                raise ForbiddenRole(f"a {who.role} token may not use this endpoint")
             if actor and who.role == "host" and not who.actor:
-                raise ApiError(400, "actor_required", f"a host token must name its actor in {ACTOR_HEADER}")
+                raise ActorRequired(f"a host token must name its actor in {ACTOR_HEADER}")
             return fn(*args, **kwargs)
 
         # The OpenAPI document lists what this check answers, so no view has to repeat it.

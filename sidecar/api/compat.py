@@ -7,11 +7,12 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 import nrllm_sidecar_compat.service as compat_service
 
 from ..domain.clock import rfc3339
+from ..domain.errors import NotFound, ValidationFailed
 from ..domain.vocabulary import RunStatus
 from ..store import consumers as consumer_store
 from . import examples
 from .auth import roles
-from .errors import ApiError, error_responses
+from .errors import error_responses
 from .parsing import Blueprint
 
 blp = Blueprint("compat", __name__, url_prefix="/api/v1", description="Consumers and compatibility")
@@ -98,7 +99,7 @@ def _reported_consumers() -> dict:
 
 def _valid_name(name: str) -> str:
     if not 1 <= len(name) <= 128:
-        raise ApiError(422, "validation_failed", "a consumer name has 1 to 128 characters",
+        raise ValidationFailed("a consumer name has 1 to 128 characters",
                        {"name": ["Length must be between 1 and 128."]})
     return name
 
@@ -136,7 +137,7 @@ class Consumer(MethodView):
     def delete(self, name):
         """Remove one consumer from the report."""
         if not consumer_store.delete_consumer(name):
-            raise ApiError(404, "not_found", f"no consumer {name!r} is reported")
+            raise NotFound(f"no consumer {name!r} is reported")
 
 
 @blp.route("/compat")

@@ -8,7 +8,7 @@ the answer follows the run's events: JSON when the segment ends, or a stream of 
 
 import time
 
-from flask import current_app, request
+from flask import current_app
 from flask.views import MethodView
 
 from ..decisions import service
@@ -22,17 +22,13 @@ from . import examples, streaming
 from .auth import principal, roles
 from .decision_schemas import DecisionBodySchema, InboxSchema, ReceiptSchema
 from .documents import format_times, run_document
-from .errors import ApiError, error_responses
-from .parsing import Blueprint
-from .runs import HEADERS, IDEMPOTENCY_KEY, MAX_KEY, _json, _request_digest, _scope
+from .errors import errors
+from .parsing import IDEMPOTENCY_PARAMETER, Blueprint, idempotency_key
+from .runs import HEADERS, _json, _request_digest, _scope
 from .schemas import RUN_SCHEMA, RunSchema
 
 blp = Blueprint("decisions", __name__, url_prefix="/api/v1", description="Inbox and decisions")
 FOLLOW_POLL_SECONDS = 0.1
-
-
-def errors(*statuses: int):
-    return blp.doc(responses=error_responses(*statuses))
 
 
 @blp.route("/inbox", parameters=HEADERS)
@@ -56,8 +52,7 @@ class RunDecision(MethodView):
                   "`Accept: text/event-stream` the run's events as server-sent events instead")
     @blp.alt_response(202, schema=ReceiptSchema, example=examples.RECEIPT,
                       description="mode store: the receipt; a worker continues the run")
-    @blp.doc(parameters=[{"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
-                          "description": "replays the first answer for the same body (24 h); another body is 422"}])
+    @blp.doc(parameters=[IDEMPOTENCY_PARAMETER])
     def post(self, body, run_id):
         """Decide a pause: approve or deny a turn's calls, or give the input asked for."""
         who = principal()
@@ -78,19 +73,11 @@ class RunDecision(MethodView):
             taken[:] = [service.take(decision, holder=holder, lease=lease)]
             return (None, None) if now else (202, ReceiptSchema().dump(service.receipt(taken[0].decision)))
 
-        key = request.headers.get(IDEMPOTENCY_KEY)
-        try:
-            if key is None:
-                answer = idempotency.Answer(*action(), replayed=False)
-            else:
-                if not key.strip() or len(key) > MAX_KEY:
-                    raise ApiError(422, "validation_failed", "Idempotency-Key must have 1 to 255 characters",
-                                   {IDEMPOTENCY_KEY: [f"Length must be between 1 and {MAX_KEY}."]})
-                answer = idempotency.run_once(_scope(who), key, _request_digest(who, body), action)
-        except service.Refused as refused:
-            raise ApiError(refused.status, refused.code, refused.message, refused.errors) from None
-        except idempotency.KeyReused as exc:
-            raise ApiError(422, "idempotency_key_reused", str(exc)) from None
+        key = idempotency_key()
+        if key is None:
+            answer = idempotency.Answer(*action(), replayed=False)
+        else:  # KeyReused for another body
+            answer = idempotency.run_once(_scope(who), key, _request_digest(who, body), action)
         if answer.replayed:
             if answer.status is None:
                 return _follow(str(run_id))  # the first request is still continuing the run (or died doing so)

@@ -14,8 +14,8 @@ import flask_swagger_ui
 from flask import Blueprint, Response, current_app, send_from_directory
 from flask.views import MethodView
 
+from ..domain.errors import NotFound
 from .auth import public
-from .errors import ApiError
 
 SWAGGER_UI = Path(flask_swagger_ui.__file__).parent / "dist"
 # The files the page uses; nothing else in the folder is served.
@@ -87,7 +87,7 @@ class DocsAsset(MethodView):
         if name == START:
             return Response(START_SCRIPT, content_type="text/javascript; charset=utf-8")
         if name not in ASSETS:
-            raise ApiError(404, "not_found", f"no file {name!r} belongs to the docs page")
+            raise NotFound(f"no file {name!r} belongs to the docs page")
         return send_from_directory(SWAGGER_UI, name, max_age=0)
 
 

@@ -1,13 +1,18 @@
 """One error shape for every answer that is not a success: {"code", "message", "errors"?}
-(docs/http-api.md, "Errors")."""
+(docs/http-api.md, "Errors").
+
+What the sidecar refuses on purpose is a kind of sidecar/domain/errors.py, which carries its code and status;
+it is answered here, in one handler, wherever it was raised (a view, a service, the store, authentication).
+HTTP errors that Flask and webargs raise themselves get the code of their status."""
 
 from http import HTTPStatus
 
 from apispec import BasePlugin
-from flask_smorest import Api
+from flask_smorest import Api, Blueprint
 from flask_smorest.utils import prepare_response
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import MethodNotAllowed
 
+from ..domain.errors import DatabaseUnavailable, SidecarError
 from ..store import db
 from .examples import error_examples
 from .schemas import ErrorSchema
@@ -32,19 +37,6 @@ _DEFAULT_CODES = {
     431: "headers_too_large",
     505: "http_version_not_supported",
 }
-
-
-class ApiError(HTTPException):
-    """Raised by views and services' adapters: status, contract code, message, optional field errors."""
-
-    def __init__(self, status: int, code: str, message: str, errors: dict | None = None,
-                 headers: dict | None = None):
-        super().__init__(message)
-        self.code = status
-        self.error_code = code
-        self.message = message
-        self.errors = errors
-        self.headers = headers or {}
 
 
 def _flatten(messages) -> dict[str, list[str]]:
@@ -75,6 +67,11 @@ def error_responses(*statuses: int) -> dict:
     return {status: HTTPStatus(status).name for status in statuses}
 
 
+def errors(*statuses: int):
+    """Document an operation's error answers (the shared {code, message, errors?} body)."""
+    return Blueprint.doc(responses=error_responses(*statuses))
+
+
 def default_code(status: int, name: str) -> str:
     """The code of an error answer nothing more specific was said about (the server's own errors too)."""
     return _DEFAULT_CODES.get(status, name.lower().replace(" ", "_"))
@@ -88,11 +85,18 @@ def error_body(status: int, code: str, message: str, errors: dict | None = None)
 
 
 def database_unavailable_body() -> dict:
-    return error_body(503, "database_unavailable", "the database is unavailable; try again shortly")
+    return error_body(503, DatabaseUnavailable.code, "the database is unavailable; try again shortly")
 
 
 def retry_after() -> dict:
     return {"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
+
+
+def _refused(error: SidecarError):
+    """Any refusal of the sidecar's own, from wherever it was raised: its status and code, as data."""
+    if error.http_status >= 500 and not isinstance(error, DatabaseUnavailable):
+        raise error  # not a refusal: a fault of the sidecar, logged and answered 500 internal_error
+    return error_body(error.http_status, error.code, error.message, error.errors), error.http_status, error.headers
 
 
 def _database_error(error):
@@ -148,10 +152,9 @@ class SidecarApi(Api):
     def init_app(self, app, *args, **kwargs):
         super().init_app(app, *args, **kwargs)
         app.register_error_handler(db.DatabaseError, _database_error)
+        app.register_error_handler(SidecarError, _refused)
 
     def handle_http_exception(self, error):
-        if isinstance(error, ApiError):
-            return error_body(error.code, error.error_code, error.message, error.errors), error.code, error.headers
         status = error.code or 500
         data = getattr(error, "data", None) or {}
         errors = _flatten(data.get("messages")) if "messages" in data else data.get("errors")

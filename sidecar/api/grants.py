@@ -2,11 +2,11 @@
 
 from flask.views import MethodView
 
+from ..domain.errors import ValidationFailed
 from ..store import grants
 from . import examples
 from .auth import MAX_ACTOR, roles
 from .decision_schemas import GrantsBodySchema, GrantsQuerySchema, GrantsSchema
-from .errors import ApiError
 from .parsing import Blueprint
 
 blp = Blueprint("grants", __name__, url_prefix="/api/v1", description="Grants")
@@ -14,7 +14,7 @@ blp = Blueprint("grants", __name__, url_prefix="/api/v1", description="Grants")
 
 def _actor(actor: str) -> str:
     if not 1 <= len(actor) <= MAX_ACTOR:
-        raise ApiError(422, "validation_failed", f"an actor has 1 to {MAX_ACTOR} characters",
+        raise ValidationFailed(f"an actor has 1 to {MAX_ACTOR} characters",
                        {"actor": [f"Length must be between 1 and {MAX_ACTOR}."]})
     return actor
 

@@ -8,11 +8,11 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from ..domain.errors import ForbiddenRole
 from ..domain.vocabulary import RunStatus
 from ..store import remote_agents, runs
 from . import examples
 from .auth import principal, public
-from .errors import ApiError
 from .parsing import Blueprint
 
 blp = Blueprint("metrics", __name__, url_prefix="", description="Prometheus metrics")
@@ -47,5 +47,5 @@ class Metrics(MethodView):
     def get(self):
         """Prometheus metrics (operator)."""
         if not current_app.config["NRLLM_SETTINGS"].metrics_public and principal().role != "operator":
-            raise ApiError(403, "forbidden_role", "metrics are for operator tokens")
+            raise ForbiddenRole("metrics are for operator tokens")
         return Response(generate_latest(_Scrape()), mimetype=None, content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -12,8 +12,8 @@ from flask import request
 from flask_smorest import Blueprint as SmorestBlueprint
 from webargs.flaskparser import FlaskParser
 
+from ..domain.errors import Malformed, TooLarge, ValidationFailed
 from ..domain.text import unstorable
-from .errors import ApiError
 
 MAX_DEPTH = 64
 
@@ -22,7 +22,7 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def _inspect(value) -> tuple[bool, ApiError | None]:
+def _inspect(value) -> tuple[bool, ValidationFailed | None]:
     """One walk of a parsed body, without recursion (a deep body must not exhaust the stack later, when
     stored): whether it nests deeper than MAX_DEPTH, and the refusal of the first string or key that holds
     text no database can store (the NUL character, an unpaired surrogate; domain/text.py), or None."""
@@ -42,12 +42,12 @@ def _inspect(value) -> tuple[bool, ApiError | None]:
     return False, refused
 
 
-def unstorable_refused(where: str, text: str) -> ApiError | None:
+def unstorable_refused(where: str, text: str) -> ValidationFailed | None:
     """422 validation_failed on `where` when `text` holds what no database can store, else None."""
     what = unstorable(text)
     if what is None:
         return None
-    return ApiError(422, "validation_failed", f"{where} holds {what}, which no text here may hold",
+    return ValidationFailed(f"{where} holds {what}, which no text here may hold",
                     {where: [f"Must not contain {what}."]})
 
 
@@ -62,12 +62,12 @@ def refuse_unstorable_in_url() -> None:
             raise refused
 
 
-def malformed(message: str) -> ApiError:
-    return ApiError(400, "malformed_request", message)
+def malformed(message: str) -> Malformed:
+    return Malformed(message)
 
 
 def json_object(raw: bytes) -> dict:
-    """The body as a JSON object, or ApiError 400 malformed_request."""
+    """The body as a JSON object, or Malformed (400 malformed_request)."""
     if not raw.strip():
         raise malformed("the body must be a JSON object, and it is empty")
     try:
@@ -91,7 +91,7 @@ class StrictJsonParser(FlaskParser):
         raw = req.get_data(cache=True)
         limit = req.max_content_length
         if req.content_length is None and limit is not None and len(raw) >= limit:
-            raise ApiError(413, "too_large", f"the body is over the limit of {limit} bytes")
+            raise TooLarge(f"the body is over the limit of {limit} bytes")
         return json_object(raw)
 
 
@@ -99,3 +99,19 @@ class Blueprint(SmorestBlueprint):
     """flask-smorest's Blueprint with the strict body parser; every sidecar blueprint uses it."""
 
     ARGUMENTS_PARSER = StrictJsonParser()
+
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+MAX_KEY = 255
+# The header as the OpenAPI document shows it, on every operation that takes it.
+IDEMPOTENCY_PARAMETER = {"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
+                         "description": "replays the first answer for the same body (24 h); another body is 422"}
+
+
+def idempotency_key() -> str | None:
+    """The request's Idempotency-Key, None without one; ValidationFailed for an empty or over-long one."""
+    key = request.headers.get(IDEMPOTENCY_KEY)
+    if key is not None and (not key.strip() or len(key) > MAX_KEY):
+        raise ValidationFailed(f"Idempotency-Key must have 1 to {MAX_KEY} characters",
+                               {IDEMPOTENCY_KEY: [f"Length must be between 1 and {MAX_KEY}."]})
+    return key

@@ -7,9 +7,10 @@ from flask.views import MethodView
 
 from .. import metrics
 from ..delegation import push
+from ..domain.errors import NotFound, Unauthenticated
 from . import examples
 from .auth import public
-from .errors import ApiError, error_responses
+from .errors import error_responses
 from .parsing import Blueprint, json_object
 
 blp = Blueprint("push", __name__, url_prefix="/api/v1", description="Push notifications from remote agents")
@@ -40,8 +41,8 @@ class PushNotification(MethodView):
             push.receive(delegation, json_object(request.get_data(cache=True)))
         except push.Unauthenticated as exc:
             metrics.PUSHES.labels("unauthenticated").inc()
-            raise ApiError(401, "unauthenticated", str(exc)) from None
+            raise Unauthenticated(str(exc)) from None
         except push.NotThisDelegation as exc:
             metrics.PUSHES.labels("not_found").inc()
-            raise ApiError(404, "not_found", str(exc)) from None
+            raise NotFound(str(exc)) from None
         metrics.PUSHES.labels("accepted").inc()

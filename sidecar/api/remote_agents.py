@@ -17,13 +17,13 @@ from flask.views import MethodView
 from ..delegation import resend
 from ..delegation.address_guard import AddressRefused, check_url
 from ..domain.clock import rfc3339
-from ..domain.errors import NotFound
+from ..domain.errors import NameTaken, NoStoredSecret, NotFound, ValidationFailed
 from ..store import outbound_listing
 from ..store import remote_agents as store
 from ..store.models import Outbound, RemoteAgent
 from . import examples
 from .auth import principal, roles
-from .errors import ApiError, error_responses
+from .errors import errors
 from .parsing import Blueprint
 from .remote_schemas import (
     NAME_PATTERN,
@@ -40,12 +40,8 @@ log = logging.getLogger(__name__)
 blp = Blueprint("remote_agents", __name__, url_prefix="/api/v1", description="Remote agents and the outbound journal")
 
 
-def errors(*statuses: int):
-    return blp.doc(responses=error_responses(*statuses))
-
-
-def _invalid(field: str, message: str) -> ApiError:
-    return ApiError(422, "validation_failed", message, {field: [message]})
+def _invalid(field: str, message: str) -> ValidationFailed:
+    return ValidationFailed(message, {field: [message]})
 
 
 def _check_url(url: str) -> None:
@@ -123,7 +119,7 @@ def outbound_document(row: Outbound) -> dict:
 def _known_name(name: str) -> str:
     # A name that cannot exist is as absent as an unregistered one (as a malformed run id is).
     if not re.fullmatch(NAME_PATTERN, name):
-        raise ApiError(404, "not_found", "no remote agent with that name")
+        raise NotFound("no remote agent with that name")
     return name
 
 
@@ -137,8 +133,8 @@ class RemoteAgents(MethodView):
         """Register a remote agent. A name already registered is 409 invalid_state."""
         try:
             row = store.create_agent(body["name"], _fields(body, keep_secret=False))
-        except store.NameTaken as exc:
-            raise ApiError(409, "invalid_state", str(exc), {"name": ["Already registered."]}) from None
+        except NameTaken as exc:
+            raise NameTaken(exc.message, {"name": ["Already registered."]}) from None
         log.info("remote agent %s registered: %s (auth header: %s)", row.name, row.url, row.auth_header or "none")
         return agent_document(row)
 
@@ -159,7 +155,7 @@ class RemoteAgentByName(MethodView):
         """One agent."""
         row = store.get_agent(_known_name(name))
         if row is None:
-            raise ApiError(404, "not_found", f"no remote agent {name!r}")
+            raise NotFound(f"no remote agent {name!r}")
         return agent_document(row)
 
     @roles("operator", actor=False)
@@ -170,14 +166,14 @@ class RemoteAgentByName(MethodView):
         """Replace an agent's settings. `auth` with a header and no value keeps the stored value; no `auth`
         removes it."""
         if store.get_agent(_known_name(name)) is None:  # 404 before any field is judged, as everywhere
-            raise ApiError(404, "not_found", f"no remote agent {name!r}")
+            raise NotFound(f"no remote agent {name!r}")
         if body.get("name", name) != name:
             raise _invalid("name", "A remote agent cannot be renamed: register it under the new name.")
         try:
             row = store.update_agent(name, _fields(body, keep_secret=True))
         except NotFound:
-            raise ApiError(404, "not_found", f"no remote agent {name!r}") from None
-        except store.NoStoredSecret as exc:
+            raise NotFound(f"no remote agent {name!r}") from None
+        except NoStoredSecret as exc:
             raise _invalid("auth.value", str(exc)) from None
         log.info("remote agent %s updated: %s (auth header: %s)", row.name, row.url, row.auth_header or "none")
         return agent_document(row)
@@ -190,9 +186,7 @@ class RemoteAgentByName(MethodView):
         try:
             store.delete_agent(_known_name(name))
         except NotFound:
-            raise ApiError(404, "not_found", f"no remote agent {name!r}") from None
-        except store.AgentInUse as exc:
-            raise ApiError(409, "invalid_state", str(exc)) from None
+            raise NotFound(f"no remote agent {name!r}") from None
         log.info("remote agent %s removed", name)
 
 
@@ -223,12 +217,7 @@ class OutboundResend(MethodView):
         try:
             uuid.UUID(outbound_id)
         except ValueError:
-            raise ApiError(404, "not_found", "no outbound row with that id") from None
-        try:
-            row = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"])
-        except NotFound as exc:
-            raise ApiError(404, "not_found", str(exc)) from None
-        except resend.NotResendable as exc:
-            raise ApiError(409, "not_resendable", str(exc)) from None
+            raise NotFound("no outbound row with that id") from None
+        row = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"])  # NotFound, NotResendable
         log.info("outbound %s resent by %s as %s", outbound_id, principal().label, row.id)
         return outbound_document(row)

@@ -7,15 +7,15 @@ from flask import Response, current_app, request
 from flask.views import MethodView
 
 from ..decisions.service import can_see, list_visibility
-from ..domain.errors import InvalidState, NotFound
+from ..domain.errors import NotFound, ValidationFailed
 from ..store import idempotency, runs
 from ..store.events import list_events
 from ..store.models import Run
 from . import examples, streaming
 from .auth import Principal, principal, roles
 from .documents import decode_cursor, encode_cursor, event_document, run_document
-from .errors import ApiError, error_responses
-from .parsing import Blueprint
+from .errors import errors
+from .parsing import IDEMPOTENCY_PARAMETER, Blueprint, idempotency_key
 from .schemas import (
     RUN_SCHEMA,
     EventListSchema,
@@ -28,13 +28,6 @@ from .schemas import (
 
 blp = Blueprint("runs", __name__, url_prefix="/api/v1", description="Agent runs")
 HEADERS = ["Actor", "Workspace"]  # header parameters, registered in api/__init__.py
-IDEMPOTENCY_KEY = "Idempotency-Key"
-MAX_KEY = 255
-
-
-def errors(*statuses: int):
-    """Document error answers (the shared {code, message, errors?} body) of an operation."""
-    return blp.doc(responses=error_responses(*statuses))
 
 
 def _json(body: dict, status: int, **headers) -> Response:
@@ -51,7 +44,7 @@ def visible_run(run_id, who: Principal, *, owner_only: bool = False) -> Run:
     run = runs.get_run(str(run_id))
     if run is None or (not who.is_operator and run.owner != who.actor
                        and (owner_only or not can_see(who.actor, who.workspace, run))):
-        raise ApiError(404, "not_found", f"no run {run_id}")
+        raise NotFound(f"no run {run_id}")
     return run
 
 
@@ -61,23 +54,16 @@ class Runs(MethodView):
     @errors(400, 401, 403, 413)
     @blp.arguments(RunCreateSchema(), example=examples.RUN_CREATE)
     @blp.response(201, RunSchema, example=examples.RUN)
-    @blp.doc(parameters=[{"in": "header", "name": IDEMPOTENCY_KEY, "schema": {"type": "string", "maxLength": MAX_KEY},
-                          "description": "replays the first answer for the same body (24 h); another body is 422"}])
+    @blp.doc(parameters=[IDEMPOTENCY_PARAMETER])
     def post(self, body):
         """Create a run (host). The owner is the acting actor."""
         who = principal()
         check_names(body)
-        key = request.headers.get(IDEMPOTENCY_KEY)
+        key = idempotency_key()
         if key is None:
             return _json(_create(who, body), 201)
-        if not key.strip() or len(key) > MAX_KEY:
-            raise ApiError(422, "validation_failed", "Idempotency-Key must have 1 to 255 characters",
-                           {IDEMPOTENCY_KEY: [f"Length must be between 1 and {MAX_KEY}."]})
-        try:
-            answer = idempotency.run_once(_scope(who), key, _request_digest(who, body),
-                                          lambda: (201, _create(who, body, wake=False)))
-        except idempotency.KeyReused as exc:
-            raise ApiError(422, "idempotency_key_reused", str(exc)) from None
+        answer = idempotency.run_once(_scope(who), key, _request_digest(who, body),  # KeyReused for another body
+                                      lambda: (201, _create(who, body, wake=False)))
         if not answer.replayed:
             runs.wake_workers()
         return _json(answer.body, answer.status, **({"Idempotent-Replayed": "true"} if answer.replayed else {}))
@@ -94,7 +80,7 @@ class Runs(MethodView):
             try:
                 after = decode_cursor(query["cursor"])
             except ValueError as exc:
-                raise ApiError(422, "validation_failed", "the cursor is not valid", {"cursor": [str(exc)]}) from None
+                raise ValidationFailed("the cursor is not valid", {"cursor": [str(exc)]}) from None
         rows, next_key = runs.list_runs(
             **({} if who.is_operator else list_visibility(who.actor, who.workspace)),
             owner=query.get("owner"), status=query.get("status"), origin=query.get("origin"),
@@ -114,7 +100,7 @@ def check_names(body: dict) -> None:
     if unknown:
         errors["tools"] = [f"unknown tools {unknown}; known: {', '.join(sorted(registry.tools))}"]
     if errors:
-        raise ApiError(422, "validation_failed", "the run names a provider or tools this sidecar does not have",
+        raise ValidationFailed("the run names a provider or tools this sidecar does not have",
                        errors)
 
 
@@ -176,9 +162,7 @@ class RunCancel(MethodView):
         who = principal()
         run = visible_run(run_id, who, owner_only=True)
         try:
-            runs.request_cancel(run.id, by=who.label)
+            runs.request_cancel(run.id, by=who.label)  # InvalidState for a run that has ended
         except NotFound:
-            raise ApiError(404, "not_found", f"no run {run_id}") from None
-        except InvalidState as exc:
-            raise ApiError(409, "invalid_state", str(exc)) from None
+            raise NotFound(f"no run {run_id}") from None
         return run_document(runs.get_run(run.id))

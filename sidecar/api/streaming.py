@@ -18,6 +18,7 @@ from collections import Counter
 from flask import Response, current_app, g, request
 from prometheus_client import Gauge
 
+from ..domain.errors import TooManyStreams
 from ..domain.vocabulary import RunStatus
 from ..store import runs
 from ..store.db import database, release_connection
@@ -25,7 +26,6 @@ from ..store.events import list_events
 from . import event_hub
 from .auth import principal
 from .documents import event_document, run_document
-from .errors import ApiError
 from .schemas import RUN_SCHEMA
 
 KEEPALIVE_SECONDS = 15.0
@@ -69,7 +69,7 @@ class StreamSlots:
                 self._by_token[token_id] += 1
                 self._total += 1
                 return Slot(self, token_id)
-        raise ApiError(429, "too_many_streams", f"{refused}; close one or retry later",
+        raise TooManyStreams(f"{refused}; close one or retry later",
                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     def give_back(self, token_id: str) -> None:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 from ..domain.clock import rfc3339
 from ..domain.decisions import ACTION_FOR, DecisionKind, PauseKind
-from ..domain.errors import SidecarError
+from ..domain.errors import (
+    DigestMismatch,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    PauseNotPending,
+    StaleGeneration,
+    ValidationFailed,
+)
 from ..domain.input_schemas import UnusableSchema, input_errors
 from ..domain.lease import LeasePolicy
 from ..permissions import may, may_decide
@@ -24,17 +32,6 @@ from ..store.leases import Claim
 from ..store.models import Decision, Run
 
 MISSING = object()
-
-
-class Refused(SidecarError):
-    """A decision refused with the contract's status and code; nothing was written."""
-
-    def __init__(self, status: int, code: str, message: str, errors: dict | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -71,40 +68,39 @@ def receipt(decision: Decision) -> dict:
 
 @transactional
 def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePolicy | None = None) -> Taken:
-    """Check and store the decision, claiming its pause (and, with a holder, the run's lease). Raises Refused.
+    """Check and store the decision, claiming its pause (and, with a holder, the run's lease). Raises the
+    refusal's kind (sidecar/domain/errors.py); nothing is written then.
 
     Database work and pure checks only: the transaction may be retried whole on a deadlock.
     """
     run = runs.get_run(request.run_id)
     if run is None or not can_see(request.actor, request.workspace, run):
-        raise Refused(404, "not_found", f"no run {request.run_id}")
+        raise NotFound(f"no run {request.run_id}")
     kind = DecisionKind(request.decision)
     if not may(request.actor, request.workspace, kind.action, run):
-        raise Refused(403, "not_permitted", f"{request.actor} may not {kind.action.removeprefix('agent:')} "
-                      "this run's pauses")
+        raise NotPermitted(f"{request.actor} may not {kind.action.removeprefix('agent:')} this run's pauses")
     pause = pauses.get(request.pause_id)
     if (pause is None or pause.run_id != run.id or pause.decided_at is not None or run.waiting_on != pause.id
             or pauses.current(run) is None):
-        raise Refused(409, "pause_not_pending", f"pause {request.pause_id} is not pending: it was decided, "
-                      "or the run no longer waits on it")
+        raise PauseNotPending(f"pause {request.pause_id} is not pending: it was decided, or the run no longer "
+                              "waits on it")
     if pause.generation != request.generation:
-        raise Refused(409, "stale_generation", f"the decision names generation {request.generation}; the "
-                      f"pending pause is generation {pause.generation}")
+        raise StaleGeneration(f"the decision names generation {request.generation}; the pending pause is "
+                              f"generation {pause.generation}")
     if kind.pause_kind != pause.kind:
         expected = "input" if pause.kind == PauseKind.INPUT else "approve or deny"
-        raise Refused(422, "validation_failed", f"this pause takes {expected}",
-                      {"decision": [f"Must be {expected} for a pause of kind {pause.kind}."]})
+        raise ValidationFailed(f"this pause takes {expected}",
+                               {"decision": [f"Must be {expected} for a pause of kind {pause.kind}."]})
     if kind is DecisionKind.INPUT:
         try:
             errors = input_errors(json.loads(pause.input_schema), request.input)
         except UnusableSchema as exc:  # stored before the policy on schemas held: no input can be checked
-            raise Refused(422, "invalid_input", "the pause's JSON schema cannot be used, so no input can be "
-                          "checked against it; cancel the run", {"input": [f"The pause's schema is refused: {exc}"]}) \
-                from None
+            raise InvalidInput("the pause's JSON schema cannot be used, so no input can be checked against it; "
+                               "cancel the run", {"input": [f"The pause's schema is refused: {exc}"]}) from None
         if errors:
-            raise Refused(422, "invalid_input", "the input does not match the pause's JSON schema", errors)
+            raise InvalidInput("the input does not match the pause's JSON schema", errors)
     elif (request.turn_digest or "").lower() != pause.turn_digest:
-        raise Refused(409, "digest_mismatch", "the turn digest is not the digest of the pending calls")
+        raise DigestMismatch("the turn digest is not the digest of the pending calls")
     new = pauses.NewDecision(
         decision=kind.value, decider=request.actor, workspace=request.workspace, mode=request.mode,
         input=request.input if kind is DecisionKind.INPUT else None,
@@ -113,7 +109,7 @@ def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePol
     try:
         decision, claim, sequence = pauses.take(run, pause, new, holder=holder, lease=lease)
     except pauses.PauseTaken:
-        raise Refused(409, "pause_not_pending", f"pause {pause.id} was decided meanwhile") from None
+        raise PauseNotPending(f"pause {pause.id} was decided meanwhile") from None
     return Taken(decision, claim, sequence - 1)
 
 

@@ -14,11 +14,10 @@ run, a lost answer is reconciled again.
 import logging
 
 from ..domain import push_tokens
-from ..domain.errors import NotFound
+from ..domain.errors import NotFound, NotResendable
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, remote_agents, resends, resolutions, waits
 from ..store.models import Outbound
-from ..store.resends import NotResendable
 from . import reconcile, remote
 from .a2a import push_target_of, resend_body
 from .ids import message_id_for

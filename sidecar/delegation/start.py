@@ -23,11 +23,11 @@ from datetime import timedelta
 
 from .. import failpoints, logs
 from ..domain.clock import utcnow
+from ..domain.errors import MessageIdTaken, StatusNotWritable
 from ..domain.push_tokens import new_push_token
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, remote_agents, runs, waits
 from ..store.models import Run
-from ..store.status_guard import StatusNotWritable
 from . import reconcile, remote
 from .a2a import PushTarget, journalled, push_target_of
 from .ids import ID_NAMESPACE, context_id_for, message_id_for  # noqa: F401 - the ids' home used to be here
@@ -101,7 +101,7 @@ def _start(call: DelegationCall, settings) -> Started:
         )
     except StatusNotWritable as exc:
         return error(f"delegation is not offered to this run: {exc.reason}")
-    except outbound.DigestMismatch as exc:
+    except MessageIdTaken as exc:
         return error(str(exc))
     if is_new:
         failpoints.reached("delegation.after_journal")

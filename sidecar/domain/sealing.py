@@ -21,17 +21,9 @@ from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken
 
-from .errors import SidecarError
+from .errors import CheckpointTampered, KeyNotConfigured
 
 FINGERPRINT_HEX = 16  # 64 bits of SHA-256: enough to tell a handful of keys apart, and fits the column
-
-
-class KeyNotConfigured(SidecarError):
-    """The value was sealed under a key that is not configured (any more)."""
-
-
-class CheckpointTampered(SidecarError):
-    """The value does not authenticate under the key it names: it was altered."""
 
 
 def fingerprint(key: str) -> str:

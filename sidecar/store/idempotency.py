@@ -21,16 +21,12 @@ from datetime import timedelta
 from peewee import IntegrityError
 
 from ..domain.clock import utcnow
-from ..domain.errors import SidecarError
+from ..domain.errors import KeyReused
 from .db import transactional
 from .models import IdempotencyRecord
 
 RETENTION = timedelta(hours=24)
 PURGE_EVERY_SECONDS = 60.0
-
-
-class KeyReused(SidecarError):
-    """The key was first used with another request."""
 
 
 @dataclass(frozen=True)

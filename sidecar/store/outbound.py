@@ -22,7 +22,7 @@ from peewee import IntegrityError
 from .. import wakeup
 from ..domain import push_tokens
 from ..domain.clock import utcnow
-from ..domain.errors import LeaseLost, SidecarError
+from ..domain.errors import LeaseLost, MessageIdTaken
 from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
 from . import events, notify, status_guard
 from .db import database, dialect, transactional
@@ -36,10 +36,6 @@ SEND = OutboundKind.SEND.value
 CANCEL = OutboundKind.CANCEL.value
 # Cancel message ids are derived from the send row, so one send row can never get two cancel rows.
 CANCEL_NAMESPACE = uuid.UUID("5b0d8c2e-3f7a-4c61-9e2d-281281281282")
-
-
-class DigestMismatch(SidecarError):
-    """The message id is taken by another request body (or another owner): refused, nothing sent."""
 
 
 def sha256(text: str) -> str:
@@ -80,11 +76,11 @@ def record_send(
         try:
             row.save(force_insert=True)
         except IntegrityError:
-            raise DigestMismatch(f"message id {message_id} was journalled concurrently") from None
+            raise MessageIdTaken(f"message id {message_id} was journalled concurrently") from None
         _event(claim, row, "journalled before sending")
         return row, True
     if existing.request_sha256 != digest or existing.owner != owner or existing.run_id != claim.run_id:
-        raise DigestMismatch(f"message id {message_id} is journalled with another request; nothing was sent")
+        raise MessageIdTaken(f"message id {message_id} is journalled with another request; nothing was sent")
     return _settle_left_pending(claim, existing), False
 
 

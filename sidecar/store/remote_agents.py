@@ -12,22 +12,9 @@ from peewee import IntegrityError, fn
 from .. import keys
 from ..domain.backoff import without_urls
 from ..domain.clock import utcnow
-from ..domain.errors import InvalidState, NotFound, SidecarError
+from ..domain.errors import AgentInUse, NameTaken, NoStoredSecret, NotFound
 from .db import dialect, transactional
 from .models import DependencyWait, RemoteAgent
-
-
-class NameTaken(InvalidState):
-    pass
-
-
-class AgentInUse(InvalidState):
-    pass
-
-
-class NoStoredSecret(SidecarError):
-    """An update kept the auth value, but none is stored."""
-
 
 KEEP = object()  # update_agent(auth_value=KEEP): the stored secret stays
 

@@ -12,17 +12,13 @@ from dataclasses import dataclass
 
 from ..domain import push_tokens
 from ..domain.clock import utcnow
-from ..domain.errors import NotFound, SidecarError
+from ..domain.errors import NotFound, NotResendable
 from ..domain.vocabulary import OutboundOutcome, RunStatus
 from . import events, outbound
 from .db import transactional
 from .models import DependencyWait, Outbound, Run
 
 UNKNOWN = OutboundOutcome.OUTCOME_UNKNOWN.value
-
-
-class NotResendable(SidecarError):
-    """Not a send row that is `outcome_unknown` and that its run still waits on."""
 
 
 @dataclass(frozen=True)

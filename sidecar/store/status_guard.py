@@ -7,20 +7,13 @@ one, such a status is refused: a process that never set up the gate must not wri
 
 from collections.abc import Callable
 
-from ..domain.errors import SidecarError
+from ..domain.errors import StatusNotWritable
 from ..domain.vocabulary import BASE_STATUSES
 
 # (status, origin) -> None when writable, else the reason.
 Guard = Callable[[str, str | None], str | None]
 
 _guard: Guard | None = None
-
-
-class StatusNotWritable(SidecarError):
-    def __init__(self, status: str, reason: str):
-        super().__init__(f"{status} may not be written: {reason}")
-        self.status = status
-        self.reason = reason
 
 
 def install(guard: Guard | None) -> None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from peewee import IntegrityError
 
 from ..domain.clock import utcnow
-from ..domain.errors import InvalidState, NotFound
+from ..domain.errors import NameTaken, NotFound
 from . import statements
 from .db import transactional
 from .models import ApiToken
@@ -38,10 +38,6 @@ def _info(row: ApiToken) -> TokenInfo:
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-class NameTaken(InvalidState):
-    pass
 
 
 def create(name: str, role: str) -> tuple[str, TokenInfo]:
