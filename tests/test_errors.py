@@ -34,8 +34,8 @@ def test_every_error_class_of_the_sidecar_is_in_the_errors_module():
     from tests.helpers import ROOT
 
     allowed_elsewhere = {"AddressRefused", "ProviderError", "ToolError", "RemoteError", "Unreachable",
-                         "Impossible", "UnusableSchema", "PluginLoadError", "Suspended", "Interrupted",
-                         "PauseTaken", "Unauthenticated", "NotThisDelegation", "ReadTimedOut"}
+                         "Impossible", "UnusableSchema", "PluginLoadError", "PauseTaken", "Unauthenticated",
+                         "NotThisDelegation", "ReadTimedOut"}
     found = []
     for path in (ROOT / "sidecar").rglob("*.py"):
         if path == ROOT / "sidecar" / "domain" / "errors.py":
@@ -80,8 +80,8 @@ def test_a_fault_of_the_sidecar_is_a_500_not_a_refusal():
 
     @app.get("/fault")
     def fault():
-        raise errors.LeaseLost("r", 1)
+        raise errors.StatusNotWritable("running", "no compatibility gate is installed in this process")
 
     answer = app.test_client().get("/fault")
     assert (answer.status_code, answer.json["code"]) == (500, "internal_error")
-    assert issubclass(errors.LeaseLost, SidecarError)
+    assert issubclass(errors.StatusNotWritable, SidecarError)

@@ -1,7 +1,7 @@
 """Every error the sidecar raises on purpose, in one place.
 
 Each kind carries, as data, the contract's error `code` and the HTTP status the API answers it with
-(docs/http-api.md, "Error codes"). The API maps all of them in one handler (sidecar/api/errors.py); the
+(docs/http-api.md, "Errors"). The API maps all of them in one handler (sidecar/api/errors.py); the
 command line prints their message. Services and the store raise them without knowing about HTTP.
 
 A kind that never reaches a client (a missing key at start-up, say) keeps the 500 of its base: if one ever
