@@ -34,8 +34,7 @@ def test_every_error_class_of_the_sidecar_is_in_the_errors_module():
     from tests.helpers import ROOT
 
     allowed_elsewhere = {"AddressRefused", "ProviderError", "ToolError", "RemoteError", "Unreachable",
-                         "Impossible", "UnusableSchema", "PluginLoadError", "PauseTaken", "Unauthenticated",
-                         "NotThisDelegation", "ReadTimedOut"}
+                         "Impossible", "UnusableSchema", "PluginLoadError", "PauseTaken", "ReadTimedOut"}
     found = []
     for path in (ROOT / "sidecar").rglob("*.py"):
         if path == ROOT / "sidecar" / "domain" / "errors.py":

@@ -7,7 +7,7 @@ from flask.views import MethodView
 
 from .. import metrics
 from ..delegation import push
-from ..domain.errors import NotFound, Unauthenticated
+from ..domain.errors import NotThisDelegation, Unauthenticated
 from . import examples
 from .auth import public
 from .errors import error_responses
@@ -39,10 +39,10 @@ class PushNotification(MethodView):
             # The token first: an unauthenticated caller learns nothing, not even how bodies are read.
             delegation = push.authenticate(_presented_token())
             push.receive(delegation, json_object(request.get_data(cache=True)))
-        except push.Unauthenticated as exc:
+        except Unauthenticated:
             metrics.PUSHES.labels("unauthenticated").inc()
-            raise Unauthenticated(str(exc)) from None
-        except push.NotThisDelegation as exc:
+            raise
+        except NotThisDelegation:
             metrics.PUSHES.labels("not_found").inc()
-            raise NotFound(str(exc)) from None
+            raise
         metrics.PUSHES.labels("accepted").inc()

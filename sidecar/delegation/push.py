@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from ..domain import push_tokens
+from ..domain.errors import NotThisDelegation, Unauthenticated
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, waits
 from ..store.models import DependencyWait, Outbound
@@ -25,14 +26,6 @@ from .a2a import notification_task_id
 log = logging.getLogger("nrllm_sidecar.push")
 
 TOKEN_HEADER = "X-A2A-Notification-Token"
-
-
-class Unauthenticated(Exception):
-    pass
-
-
-class NotThisDelegation(Exception):
-    pass
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,10 @@ class NotFound(SidecarError):
     http_status, code = 404, "not_found"
 
 
+class NotThisDelegation(NotFound):
+    """A push names no task of the delegation its token was made for."""
+
+
 class InvalidState(SidecarError):
     """The thing exists but is not in a state that allows the request."""
 
