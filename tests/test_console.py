@@ -161,3 +161,24 @@ def test_a_refused_decision_is_shown_by_its_form_and_changes_nothing(client, hos
     stored = client.post(f"/console/inbox/{run_id}/decide", data={**form, "decision": "input", "mode": "store",
                                                                    "input.page": "2", "idempotency_key": "third"})
     assert stored.status_code == 302 and runs.get_run(run_id).continuation is not None
+
+
+def test_a_database_from_before_migration_9_gains_the_runs_list_indexes(database_url):
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    from sidecar.store import migrations
+    from sidecar.store.db import database
+    from sidecar.store.models import SchemaMigration
+
+    def runs_indexes() -> set[tuple]:
+        return {tuple(index.columns) for index in database.get_indexes("runs")}
+
+    added = {("created_at", "id"), ("status", "created_at", "id"), ("origin", "created_at", "id")}
+    assert added <= runs_indexes()
+    names = [index.name for index in database.get_indexes("runs") if tuple(index.columns) in added]
+    migrate(*(SchemaMigrator.from_database(database.obj).drop_index("runs", name) for name in names))
+    SchemaMigration.delete().where(SchemaMigration.version >= 9).execute()
+    assert added.isdisjoint(runs_indexes())
+    assert migrations.upgrade() == [9]
+    assert added <= runs_indexes()
+    assert migrations.upgrade() == []

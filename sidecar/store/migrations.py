@@ -126,6 +126,18 @@ def _mask_journalled_push_tokens() -> None:
         after = page[-1].id
 
 
+def _v9_runs_list_indexes(db):
+    """The runs list newest first, whole or filtered by status or origin, reads an index instead of sorting
+    every run (the console renders it within 200 ms with 100,000 runs: bench/bench_console.py). A database
+    created at version 9 or later has them from its models already."""
+    present = {tuple(index.columns) for index in db.get_indexes(Run._meta.table_name)}
+    wanted = [("created_at", "id"), ("status", "created_at", "id"), ("origin", "created_at", "id")]
+    missing = [columns for columns in wanted if columns not in present]
+    if missing:
+        migrator = SchemaMigrator.from_database(db)
+        migrate(*(migrator.add_index(Run._meta.table_name, columns, False) for columns in missing))
+
+
 MIGRATIONS = [
     (1, "runs, run events, worker heartbeats", _v1_initial),
     (2, "api tokens, idempotency records, model turns, tool results", _v2_runs_api),
@@ -135,6 +147,7 @@ MIGRATIONS = [
     (6, "pushes that come before the suspension", _v6_early_pushes),
     (7, "failing remote agents, backoff of polls and CancelTask attempts", _v7_remote_failures),
     (8, "push tokens out of the outbound journal", _v8_push_tokens_out_of_the_journal),
+    (9, "indexes of the runs list", _v9_runs_list_indexes),
 ]
 
 
