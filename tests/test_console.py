@@ -55,6 +55,9 @@ def test_the_session_cookie_is_httponly_strict_and_secure_over_https(app, operat
     secure = app.test_client().post("/console/login", data={"token": operator_token},
                                     base_url="https://sidecar.example").headers["Set-Cookie"]
     assert "Secure" in secure
+    proxied = app.test_client().post("/console/login", data={"token": operator_token},
+                                     headers={"X-Forwarded-Proto": "https"}).headers["Set-Cookie"]
+    assert "Secure" in proxied
 
 
 def test_the_login_goes_back_where_it_was_asked_for_and_never_elsewhere(client, operator_token):

@@ -26,10 +26,12 @@ CSRF_FIELD = "csrf_token"
 
 
 class ConsoleSessions(SecureCookieSessionInterface):
-    """Flask's signed-cookie sessions, with the cookie Secure exactly when the request is https."""
+    """Flask's signed-cookie sessions, with the cookie Secure when the request is https: to this server, or
+    to a reverse proxy that says so in X-Forwarded-Proto (a client that claims https falsely only keeps its
+    own browser from sending the cookie back over http)."""
 
     def get_cookie_secure(self, app) -> bool:
-        return request.is_secure
+        return request.is_secure or request.headers.get("X-Forwarded-Proto", "").strip().lower() == "https"
 
 
 def configure(app, signing_secret: str) -> None:
