@@ -218,8 +218,19 @@ def test_a_host_actor_answers_approves_and_watches_the_run_complete(browser, sid
 
     visit = Visit(browser, base)
     page = visit.page
-    visit.log_in(host, ACTOR)
-    assert page.url == f"{base}/console/inbox"
+    # By keyboard only: the skip link, then the labelled fields in order, and Enter.
+    page.goto("/console/login")
+    focused = []
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        focused.append(page.evaluate("document.activeElement.id || document.activeElement.textContent"))
+    assert focused == ["Skip to content", "token", "actor"]
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.type(host)
+    page.keyboard.press("Tab")
+    page.keyboard.type(ACTOR)
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{base}/console/inbox")
     visit.shot("inbox")
     visit.shot("inbox-narrow", NARROW)
 

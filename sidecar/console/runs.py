@@ -70,7 +70,7 @@ def run_page(run_id):
     events = [event_document(e) for e in list_events(run.id)]
     return render_template("console/run.html", run=document, events=events,
                            last_sequence=events[-1]["sequence"] if events else 0,
-                           pretty=lambda value: json.dumps(value, indent=2, sort_keys=True))
+                           compact=lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False))
 
 
 @route("/runs/<uuid:run_id>/events")

@@ -13,7 +13,7 @@ function eventItem(event) {
   const at = document.createElement("time");
   at.textContent = event.at;
   const payload = document.createElement("pre");
-  payload.textContent = JSON.stringify(event.payload, null, 2);
+  payload.textContent = JSON.stringify(event.payload);
   item.append(seq, " ", kind, " ", at, payload);
   return item;
 }
