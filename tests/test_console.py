@@ -2,6 +2,7 @@
 flags, CSRF, a revoked token ending its sessions, roles, and bad input answered as a page (never a 500).
 What a person does in a browser is in test_console_browser.py."""
 
+import dataclasses
 import re
 
 import pytest
@@ -12,6 +13,11 @@ from tests.api_helpers import ACTOR
 from tests.decision_helpers import INPUT_SCRIPT, paused_run
 
 pytest_plugins = ["tests.api_support"]
+
+
+@pytest.fixture
+def settings(settings):
+    return dataclasses.replace(settings, remote_allow=("agents.test",))  # allowed by name: no lookup
 
 
 def csrf_of(page: bytes) -> str:
@@ -185,3 +191,57 @@ def test_a_database_from_before_migration_9_gains_the_runs_list_indexes(database
     assert migrations.upgrade() == [9]
     assert added <= runs_indexes()
     assert migrations.upgrade() == []
+
+
+def test_every_operator_page_renders(operator, settings):
+    runs.create_run(ACTOR, "x", wake=False)
+    for path, expected in (("/console/waiting", "No run waits"), ("/console/outbound", "Nothing was sent"),
+                           ("/console/agents", "No remote agent"), ("/console/consumers", "Delegation"),
+                           ("/console/health", "Worker heartbeats"), ("/console/tokens", "operator-test")):
+        answer = operator.get(path)
+        assert answer.status_code == 200 and expected in answer.data.decode(), path
+        assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
+def test_an_agent_is_edited_keeping_its_secret_and_deleted_after_a_confirmation(operator):
+    token = csrf_of(operator.get("/console/agents/new").data)
+    created = operator.post("/console/agents/new", data={
+        "csrf_token": token, "name": "research", "url": "https://agents.test/", "poll_interval_seconds": "5",
+        "deadline_seconds": "600", "push": "on", "auth_header": "X-Key", "auth_value": "s3cret"})
+    assert created.status_code == 302
+    sealed = RemoteAgent.get_by_id("research").auth_value_sealed
+    edit = operator.get("/console/agents/research/edit").data.decode()
+    assert "s3cret" not in edit and 'value="X-Key"' in edit
+    edited = operator.post("/console/agents/research/edit", data={
+        "csrf_token": token, "url": "https://agents.test/v2", "poll_interval_seconds": "10",
+        "deadline_seconds": "600", "auth_header": "X-Key", "auth_value": ""})
+    assert edited.status_code == 302
+    row = RemoteAgent.get_by_id("research")
+    assert (row.url, row.poll_interval_seconds, row.push, row.auth_value_sealed) == \
+        ("https://agents.test/v2", 10.0, 0, sealed)
+    assert "Delete remote agent research?" in operator.get("/console/agents/research/delete").data.decode()
+    assert operator.post("/console/agents/research/delete", data={"csrf_token": token}).status_code == 302
+    assert RemoteAgent.select().count() == 0
+    assert operator.get("/console/agents/research/edit").status_code == 404
+
+
+def test_a_decision_goes_through_the_grants_and_the_idempotency_key(client, host_token, settings):
+    from sidecar.store.models import Decision
+
+    run_id = paused_run(INPUT_SCRIPT, settings=settings)
+    log_in(client, host_token, actor="be_user:99")  # not the owner, and no grant
+    assert run_id[:8] not in client.get("/console/inbox").data.decode()
+    pause = runs.get_run(run_id)
+    token = csrf_of(client.get("/console/inbox").data)
+    form = {"csrf_token": token, "pause_id": pause.waiting_on, "generation": "1", "decision": "input",
+            "mode": "store", "input.page": "2", "idempotency_key": "k1"}
+    refused = client.post(f"/console/inbox/{run_id}/decide", data=form)
+    assert refused.status_code == 404 and "not_found" in refused.data.decode()
+    log_in(client, host_token, actor=ACTOR)
+    form["csrf_token"] = csrf_of(client.get("/console/inbox").data)
+    first = client.post(f"/console/inbox/{run_id}/decide", data=form)
+    assert first.status_code == 302, re.findall(r'class="error[^"]*"[^>]*>(.*?)</p>', first.data.decode(), re.S)
+    assert client.post(f"/console/inbox/{run_id}/decide", data=form).status_code == 302  # the same form again
+    assert Decision.select().where(Decision.run == run_id).count() == 1
+    other = client.post(f"/console/inbox/{run_id}/decide", data={**form, "input.page": "3"})
+    assert other.status_code == 422 and "idempotency_key_reused" in other.data.decode()

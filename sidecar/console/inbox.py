@@ -19,6 +19,7 @@ from ..domain.lease import LeasePolicy
 from ..engine import AgentLoop
 from ..store import idempotency, runs
 from . import route, schema_form
+from .session import CSRF_FIELD
 
 host_only = roles("host")
 
@@ -67,9 +68,18 @@ def _body(run_id: str) -> dict:
     if body["decision"] == "input":
         pause = next((i for i in service.inbox(principal().actor, principal().workspace)
                       if i["run_id"] == run_id and i["pause_id"] == body["pause_id"]), None)
-        fields = schema_form.fields_for(pause.get("input_schema") if pause else None)
-        body["input"] = schema_form.input_from(fields, form)
+        if pause is None:
+            # Not in this actor's inbox (not its to decide, or decided meanwhile): the service says which.
+            body["input"] = {k.removeprefix("input."): v for k, v in form.items() if k.startswith("input.")}
+        else:
+            body["input"] = schema_form.input_from(schema_form.fields_for(pause.get("input_schema")), form)
     return body
+
+
+def _sent() -> dict:
+    """The form as sent (but its CSRF token): what a replay is compared by. The decision read from it
+    depends on the pause, which the first submit took, so it cannot be."""
+    return {name: request.form.getlist(name) for name in sorted(request.form) if name != CSRF_FIELD}
 
 
 @route("/inbox/<uuid:run_id>/decide", methods=["POST"])
@@ -100,7 +110,7 @@ def decide(run_id):
     key = request.form.get("idempotency_key", "").strip()[:255] or str(uuid.uuid4())
     scope = _scope(who)
     try:
-        answer = idempotency.run_once(scope, key, _request_digest(who, body), action)
+        answer = idempotency.run_once(scope, key, _request_digest(who, _sent()), action)
     except service.Refused as refused:
         return _refused(run_id, refused.status, refused.code, refused.message, refused.errors)
     except idempotency.KeyReused as exc:
