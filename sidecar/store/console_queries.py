@@ -10,8 +10,7 @@ from ..domain.vocabulary import RunStatus
 from .db import transactional
 from .models import ApiToken, DependencyWait, Outbound, PersonPause, Run, WorkerHeartbeat
 
-WAITING = (RunStatus.WAITING_FOR_INPUT.value, RunStatus.WAITING_FOR_APPROVAL.value,
-           RunStatus.WAITING_FOR_DEPENDENCY.value)
+WAITING = tuple(status.value for status in RunStatus if status.is_waiting)
 
 
 def live_token(token_id: str) -> ApiToken | None:
