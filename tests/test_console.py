@@ -245,3 +245,19 @@ def test_a_decision_goes_through_the_grants_and_the_idempotency_key(client, host
     assert Decision.select().where(Decision.run == run_id).count() == 1
     other = client.post(f"/console/inbox/{run_id}/decide", data={**form, "input.page": "3"})
     assert other.status_code == 422 and "idempotency_key_reused" in other.data.decode()
+
+
+def test_a_denial_keeps_its_comment(client, host_token, settings):
+    from sidecar.store.models import Decision
+
+    run_id = paused_run(settings=settings)
+    log_in(client, host_token, actor=ACTOR)
+    page = client.get("/console/inbox").data.decode()
+    assert "write_note" in page and "non_idempotent_write" in page
+    form = dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', page))
+    answer = client.post(f"/console/inbox/{run_id}/decide", data={**form, "decision": "deny", "mode": "store",
+                                                                   "comment": "  Not this page  "})
+    assert answer.status_code == 302
+    (decision,) = Decision.select().where(Decision.run == run_id)
+    assert (decision.decision, decision.comment, decision.decider) == ("deny", "Not this page", ACTOR)
+    assert "Decision stored" in client.get("/console/inbox").data.decode()

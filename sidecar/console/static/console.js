@@ -40,9 +40,12 @@ function followTimeline(list) {
   });
   source.addEventListener("run", (message) => {
     // The stream's last message: the run is terminal or waiting again.
-    showRun(JSON.parse(message.data));
+    const run = JSON.parse(message.data);
+    showRun(run);
     source.close();
-    state.textContent = "The run stopped moving; the events above are complete.";
+    state.textContent = run.status.startsWith("waiting_")
+      ? "The run waits again (reload to see on what); the events above are complete."
+      : "The run has ended; the events above are complete.";
   });
   source.onerror = () => {
     if (source.readyState === EventSource.CLOSED) state.textContent = "The event stream closed; reload to follow again.";
