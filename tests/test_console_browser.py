@@ -209,7 +209,7 @@ def test_a_host_actor_answers_approves_and_watches_the_run_complete(browser, sid
     host = tokens.create("typo3", "host")[0]
     # Approval, then a step that takes a while: the run page is open before the run completes.
     slow = [{"tool_calls": [{"id": "n", "name": "write_note", "arguments": {"text": "Page 42 needs a look"}}]},
-            {"tool_calls": [{"id": "s", "name": "sleep", "arguments": {"seconds": 2}}]},
+            {"tool_calls": [{"id": "s", "name": "sleep", "arguments": {"seconds": 3}}]},
             {"content": "Done: {last_tool_result}"}]
     approval_run = runs.create_run(ACTOR, "review page 42", spec={"provider": "scripted", "script": slow})
     input_run = runs.create_run(ACTOR, "which page?", spec={"provider": "scripted", "script": INPUT_SCRIPT})
@@ -262,7 +262,7 @@ def test_a_host_actor_answers_approves_and_watches_the_run_complete(browser, sid
     assert status.inner_text() != "completed"  # the sleep step is still running
     status.filter(has_text="completed").wait_for(timeout=30_000)
     assert page.evaluate("window.stillTheSamePage") is True
-    assert page.locator("#run-output").inner_text() == "Done: slept 2s"
+    assert page.locator("#run-output").inner_text() == "Done: slept 3s"
     assert page.locator("#events li", has_text="decision").count() == 1
     visit.shot("run-completed")
     visit.close()
