@@ -148,6 +148,9 @@ def test_agent_forms_answer_the_apis_field_errors_and_save_nothing_bad(operator)
     addressed = operator.post("/console/agents/new", data={"csrf_token": token, "name": "research",
                                                            "url": "http://10.1.2.3/", "deadline_seconds": "60"})
     assert addressed.status_code == 422 and 'id="url-error"' in addressed.data.decode()  # the address guard's
+    no_secret = operator.post("/console/agents/new", data={"csrf_token": token, "name": "research",
+                                                            "url": "https://agents.test/", "auth_header": "X-Key"})
+    assert no_secret.status_code == 422 and 'id="auth_value-error"' in no_secret.data.decode()
     nul = operator.post("/console/agents/new", data={"csrf_token": token, "name": "re\x00search", "url": "x"})
     assert nul.status_code == 422
 

@@ -89,10 +89,10 @@ def login():
             errors = refused.errors
         else:
             target = request.args.get("next", "")
-            # Only a path of this console: never a redirect elsewhere.
-            if not (target.startswith("/console/") and not target.startswith("//")):
-                target = url_for("console.home")
-            return redirect(target if target != url_for("console.home") else _home_of(who))
+            # Back to the page asked for, if it is one of this console's: never a redirect elsewhere.
+            if not target.startswith("/console/") or target == url_for("console.home"):
+                target = _home_of(who)
+            return redirect(target)
     reason = request.args.get("reason")
     return render_template("console/login.html", errors=errors, values=values, ended=reason == "ended"), \
         422 if errors else 200

@@ -111,7 +111,7 @@ def _field_errors(messages: dict, prefix: str = "") -> dict[str, str]:
     """marshmallow's nested messages as form fields: auth.value -> auth_value."""
     flat = {}
     for key, value in messages.items():
-        name = f"{prefix}_{key}" if prefix else str(key)
+        name = (f"{prefix}_{key}" if prefix else str(key)).replace(".", "_")  # the API's "auth.value" too
         if isinstance(value, dict):
             flat.update(_field_errors(value, name))
         else:
