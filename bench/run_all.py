@@ -16,6 +16,7 @@ BENCHMARKS = [
     "bench_push.py",
     "bench_decisions.py",
     "bench_serving.py",
+    "bench_console.py",
 ]
 
 

@@ -221,6 +221,8 @@ def test_every_route_needs_a_token_but_health(app, public_metrics, public_docs):
     The OpenAPI document and the docs page (with its files) are open unless NRLLM_PUBLIC_DOCS=0
     (docs/api-choices.md). /metrics is open only when NRLLM_METRICS_PUBLIC=1. POST /api/v1/push takes no
     bearer token but its delegation's token: without one it is 401 all the same (only its OPTIONS answers).
+    The console's pages take a session instead: without one they send the browser to the login form (which,
+    with the console's files, is all that is open).
     """
     settings = app.config["NRLLM_SETTINGS"]
     app.config["NRLLM_SETTINGS"] = type(settings)(**{**settings.__dict__, "metrics_public": public_metrics,
@@ -234,7 +236,13 @@ def test_every_route_needs_a_token_but_health(app, public_metrics, public_docs):
         for method in rule.methods:
             response = client.open(path, method=method, data=b"{}", content_type="application/json")
             checked += 1
-            if rule.endpoint in open_endpoints or (rule.endpoint == "push.PushNotification" and method == "OPTIONS"):
+            if rule.endpoint.startswith("console."):
+                if rule.endpoint in ("console.login", "console.static_file"):
+                    assert response.status_code in (200, 404, 422), (method, path, response.status_code)
+                else:
+                    assert response.status_code == 302, (method, path, response.status_code)
+                    assert response.headers["Location"].startswith("/console/login?")
+            elif rule.endpoint in open_endpoints or (rule.endpoint == "push.PushNotification" and method == "OPTIONS"):
                 # The sample file name "x" is no file of the docs page: 404, which is not a 401.
                 unknown_file = rule.endpoint == "docs.asset" and response.status_code == 404
                 assert response.status_code < 400 or unknown_file, (method, path, response.status_code)

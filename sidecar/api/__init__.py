@@ -2,7 +2,7 @@
 
 from flask import Flask
 
-from .. import __version__, bootstrap
+from .. import __version__, bootstrap, console
 from ..config import Settings
 from ..engine.registry import build_registry
 from ..plugins import plugin_context, plugin_manager
@@ -67,6 +67,9 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
     for blueprints in plugin_manager().hook.nrllm_register_routes(context=plugin_context()):
         for blueprint in blueprints or []:
             api.register_blueprint(blueprint)
+
+    # The operator console and the inbox at /console/ (docs/console.md): pages over the same services.
+    console.install(app, settings)
 
     app.after_request(headers.add_headers)
     app.teardown_request(streaming.release_unused)

@@ -42,18 +42,19 @@ class Principal:
 
 
 def public(when=lambda settings: True):
-    """Mark a MethodView class as answering without a token (when `when(settings)` is true)."""
+    """Mark a MethodView class (or a plain view function) as answering without a bearer token (when
+    `when(settings)` is true). The console's views are such: they authenticate by their session instead."""
 
-    def mark(view_class):
-        view_class.public_when = staticmethod(when)
-        return view_class
+    def mark(view):
+        view.public_when = staticmethod(when) if isinstance(view, type) else when
+        return view
 
     return mark
 
 
 def _is_public() -> bool:
     view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
-    when = getattr(getattr(view, "view_class", None), "public_when", None)
+    when = getattr(getattr(view, "view_class", view), "public_when", None)
     return bool(when and when(current_app.config["NRLLM_SETTINGS"]))
 
 

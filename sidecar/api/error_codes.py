@@ -4,6 +4,7 @@ source raises and compares). A code is public: it is never renamed (docs/stabili
 
 ERROR_CODES: dict[str, tuple[int, str]] = {
     "malformed_request": (400, "the body is not JSON, not an object, or nested too deeply"),
+    "csrf_failed": (400, "a console form without its session's CSRF token (the console only)"),
     "actor_required": (400, "a host token without X-Nrllm-Actor on an endpoint that acts for a person"),
     "unauthenticated": (401, "no token, an unknown or revoked token; a push without a valid delegation token"),
     "forbidden_role": (403, "the token's role may not use this endpoint"),

@@ -44,35 +44,40 @@ class Health(MethodView):
                       description="the database does not answer: status degraded")
     @blp.doc(security=[])
     def get(self):
-        settings = current_app.config["NRLLM_SETTINGS"]
-        try:
-            db.ping()
-            alive = workers.alive_count(LeasePolicy(settings.lease_seconds).worker_alive_window)
-            oldest = runs.oldest_queued_seconds()
-            # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
-            unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
-            failing = [_failing(agent) for agent in remote_agents.failing_agents()]
-        except db.DatabaseError as exc:
-            if db.is_unavailable(exc):
-                db.discard_connection()
-                db.outage.began(exc, "the health check")
-            # workers_alive 0: heartbeats live in the database, so none can be confirmed (docs/reliability.md).
-            return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
-                    "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "version": __version__,
-                    "database_unavailable_seconds": round(db.outage.seconds(), 3), "failing_agents": []}, \
-                503, retry_after()
-        db.outage.ended()
-        degraded = alive == 0 or unsealable > 0
-        return {
-            "status": "degraded" if degraded else "ok",
-            "database": "ok",
-            "workers_alive": alive,
-            "oldest_queued_seconds": round(oldest, 3),
-            "unsealable_checkpoints": unsealable,
-            "version": __version__,
-            "database_unavailable_seconds": 0.0,
-            "failing_agents": failing,
-        }
+        document, status = report(current_app.config["NRLLM_SETTINGS"])
+        return (document, status, retry_after()) if status == 503 else document
+
+
+def report(settings) -> tuple[dict, int]:
+    """The health document and its status (200, or 503 while the database does not answer); the console
+    shows the same."""
+    try:
+        db.ping()
+        alive = workers.alive_count(LeasePolicy(settings.lease_seconds).worker_alive_window)
+        oldest = runs.oldest_queued_seconds()
+        # Checkpoints sealed under a key that was removed: their runs wait until the key is back.
+        unsealable = sealed.unsealable_checkpoints(keys.sealer().fingerprints)
+        failing = [_failing(agent) for agent in remote_agents.failing_agents()]
+    except db.DatabaseError as exc:
+        if db.is_unavailable(exc):
+            db.discard_connection()
+            db.outage.began(exc, "the health check")
+        # workers_alive 0: heartbeats live in the database, so none can be confirmed (docs/reliability.md).
+        return {"status": "degraded", "database": "unavailable", "workers_alive": 0,
+                "oldest_queued_seconds": 0.0, "unsealable_checkpoints": 0, "version": __version__,
+                "database_unavailable_seconds": round(db.outage.seconds(), 3), "failing_agents": []}, 503
+    db.outage.ended()
+    degraded = alive == 0 or unsealable > 0
+    return {
+        "status": "degraded" if degraded else "ok",
+        "database": "ok",
+        "workers_alive": alive,
+        "oldest_queued_seconds": round(oldest, 3),
+        "unsealable_checkpoints": unsealable,
+        "version": __version__,
+        "database_unavailable_seconds": 0.0,
+        "failing_agents": failing,
+    }, 200
 
 
 def _failing(agent) -> dict:

@@ -38,6 +38,12 @@ class Malformed(SidecarError):
     http_status, code = 400, "malformed_request"
 
 
+class CsrfFailed(SidecarError):
+    """A console form without this session's CSRF token (out of date, or not from the console)."""
+
+    http_status, code = 400, "csrf_failed"
+
+
 class ActorRequired(SidecarError):
     """A host token must name the actor it acts for."""
 

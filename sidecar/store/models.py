@@ -74,6 +74,10 @@ class Run(BaseModel):
             (("status", "queued_at"), False),
             (("status", "lease_expires_at"), False),
             (("owner", "created_at"), False),
+            # The runs list, newest first, whole or by status or origin (the console's runs page: migration 9).
+            (("created_at", "id"), False),
+            (("status", "created_at", "id"), False),
+            (("origin", "created_at", "id"), False),
         )
 
 

@@ -24,6 +24,7 @@ from . import (
     v06_early_pushes,
     v07_remote_failures,
     v08_push_tokens,
+    v09_runs_list_indexes,
 )
 
 LOCK_NAME = "nrllm_sidecar_migrate"
@@ -36,6 +37,7 @@ STEPS = {
     6: v06_early_pushes,
     7: v07_remote_failures,
     8: v08_push_tokens,
+    9: v09_runs_list_indexes,
 }
 # (version, name, apply): the order they run in.
 MIGRATIONS = [(version, step.NAME, step.apply) for version, step in sorted(STEPS.items())]
