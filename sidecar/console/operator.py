@@ -7,7 +7,7 @@ import uuid
 from flask import current_app, flash, get_flashed_messages, redirect, render_template, request, url_for
 from marshmallow import ValidationError
 
-import compat.service as compat_service
+import nrllm_sidecar_compat.service as compat_service
 
 from ..api import health
 from ..api.auth import principal, roles
