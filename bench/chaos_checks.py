@@ -26,7 +26,7 @@ def check_schedule(plans: dict, chaos, settled: float) -> list[str]:
     problems += message_ids(peer, ids)
     problems += effects(plans, rows, chaos.directory / "tally.jsonl")
     problems += events(rows)
-    problems += timeouts(ids, peer, chaos.fault_windows, SEEN_WITHIN)
+    problems += timeouts(ids, peer, chaos.fault_windows, SEEN_WITHIN, chaos.peer.kills)
     problems += answers(plans, rows)
     return problems
 
@@ -107,10 +107,19 @@ def longest_quiet(start: float, end: float, windows: list[tuple[float, float]]) 
     return max(longest, end - at)
 
 
-def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]], seen_within: float) -> list[str]:
+def findable_for(finished: float, deadline: float, windows: list[tuple[float, float]],
+                 peer_kills: list[float]) -> float:
+    """The longest stretch without a fault in which the sidecar could have found a task that finished at
+    `finished`: until the deadline, or until the next peer restart, which forgets it."""
+    forgotten = min((kill for kill in peer_kills if kill > finished), default=deadline)
+    return longest_quiet(finished, min(deadline, forgotten), windows)
+
+
+def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]], seen_within: float,
+             peer_kills: list[float] = ()) -> list[str]:
     """A delegation resolved `timeout` though its task had finished on the peer while the faults left the
-    sidecar `seen_within` seconds, before the deadline, to find out (a peer restart forgets a task: that is
-    a fault window too)."""
+    sidecar `seen_within` seconds, before the deadline, to find out. A peer restart forgets every task: a
+    task that finished before one could be found only until then (the peer never answers for it again)."""
     finished = collections.defaultdict(list)  # context id -> when a task of it finished
     for entry in peer:
         if entry.get("state") in FINISHED:
@@ -133,7 +142,7 @@ def timeouts(ids: list[str], peer: list[dict], windows: list[tuple[float, float]
         deadline = _epoch(result.removeprefix(prefix))
         for context in contexts[run_id]:
             for at in finished[context]:
-                quiet = longest_quiet(at, deadline, windows)
+                quiet = findable_for(at, deadline, windows, peer_kills)
                 if at < deadline and quiet >= seen_within:
                     found.append(f"run {run_id} resolved timeout at {result.removeprefix(prefix)} though its remote "
                                  f"task finished {deadline - at:.1f} s before (with {quiet:.1f} s without a fault; "

@@ -107,6 +107,15 @@ def test_the_quiet_stretch_between_fault_windows():
     assert checks.longest_quiet(0, 10, [(-1, 11)]) == 0
 
 
+def test_a_task_finished_before_a_peer_restart_is_findable_only_until_the_restart():
+    # Seed 2027 schedule 159: the task finished, the peer restarted 1.4 s later and forgot it; the 7 s
+    # without a fault after the restart could not have found it.
+    checks = _bench("chaos_checks")
+    assert checks.findable_for(0, 13.5, [(1.4, 1.7), (2, 6.4)], peer_kills=[1.4]) == 1.4
+    assert checks.findable_for(0, 13.5, [(1.4, 1.7), (2, 6.4)], peer_kills=[]) == 13.5 - 6.4
+    assert checks.findable_for(5, 13.5, [], peer_kills=[1.4]) == 8.5  # restarted before it finished
+
+
 def _bench(name: str):
     if str(ROOT / "bench") not in sys.path:
         sys.path.insert(0, str(ROOT / "bench"))
