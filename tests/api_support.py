@@ -6,7 +6,7 @@ import threading
 import pytest
 from werkzeug.serving import make_server
 
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import tokens

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from werkzeug.serving import make_server
 
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.delegation.coordinator import Coordinator
 from sidecar.domain.lease import LeasePolicy

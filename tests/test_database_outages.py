@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.store import db as store_db
 from sidecar.store import migrations, notify, runs, tokens

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from sidecar import keys
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.delegation import remote
 from sidecar.delegation.coordinator import Coordinator

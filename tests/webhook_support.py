@@ -11,7 +11,7 @@ import pytest
 from flask import request
 from werkzeug.serving import make_server
 
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.delegation.coordinator import Coordinator
 from sidecar.domain.clock import utcnow
