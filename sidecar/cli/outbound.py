@@ -41,7 +41,7 @@ def outbound_resend(outbound_id: str) -> None:
 
     settings = _bind()
     try:
-        row = resend.resend(outbound_id, settings)
+        row = resend.resend(outbound_id, settings, by="operator:cli")
     except (NotFound, resend.NotResendable) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"resent {outbound_id} as {row.id} ({row.outcome})", err=True)

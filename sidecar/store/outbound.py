@@ -323,19 +323,6 @@ def give_up_cancel(outbound_id: str, error: str) -> bool:
     return settled
 
 
-@transactional
-def record_outcome_unfenced(outbound_id: str, outcome: str, *, remote_task_id=None, error=None,
-                            bytes_received: int = 0) -> Outbound:
-    """record_outcome for a send no segment holds (an operator's resend): the run waits meanwhile."""
-    Outbound.update(outcome=outcome, remote_task_id=remote_task_id, error=error, sent_at=utcnow()).where(
-        Outbound.id == outbound_id, Outbound.outcome == PENDING).execute()
-    row = Outbound.get_by_id(outbound_id)
-    if bytes_received:
-        Run.update(bytes_used=Run.bytes_used + bytes_received).where(Run.id == row.run_id).execute()
-    events.append(row.run_id, [], "outbound", outbound_payload(row, "sent"))
-    return row
-
-
 def context_of_task(run_id: str, remote_task_id: str) -> str | None:
     """The contextId this run used for a remote task (a follow-up must name the same context)."""
     row = (Outbound.select(Outbound.context_id)
