@@ -52,7 +52,7 @@ class Segment:
         return self.guarded(leases.append_event, kind, payload)
 
     def update(self, **values) -> None:
-        self.guarded(leases.update_run, **values)
+        self.guarded(leases.update_run_fenced, **values)
 
     def stamp_pending_effect(self, description: str) -> None:
         """Before a non-idempotent write: a run lost from here on is not retried."""

@@ -177,7 +177,7 @@ def test_a_resend_whose_sender_stopped_is_settled_and_can_be_resent(
     proxy.drop.clear()
     # An operator's resend that stopped (a crash) after journalling its row and moving the wait, before sending.
     message_id = message_id_for(row.run_id, row.tool_call_id, row.resend_count + 1)
-    stopped = resends.resend(row.id, message_id, resend_body(row.request_body, message_id)).row
+    stopped = resends.record_resend(row.id, message_id, resend_body(row.request_body, message_id)).row
     coordinator = Coordinator(settings)
     try:
         coordinator.poll(waits.current(run_id))

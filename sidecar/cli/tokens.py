@@ -5,7 +5,7 @@ import click
 
 from ..bootstrap import from_env as _bind
 from ..domain.clock import rfc3339
-from ..domain.errors import NotFound
+from ..domain.errors import NameTaken, NotFound
 from ..store import tokens
 
 
@@ -22,7 +22,7 @@ def token_create(name: str, role: str) -> None:
     _bind()
     try:
         plaintext, info = tokens.create(name, role)
-    except (ValueError, tokens.NameTaken) as exc:
+    except (ValueError, NameTaken) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"created {info.role} token {info.name!r}; it is shown only now", err=True)
     click.echo(plaintext)

@@ -62,7 +62,8 @@ def resend(outbound_id: str, settings, *, by: str) -> Outbound:
     # The journal kept only the old push token's digest: a resend with a push config gets a new token.
     push_token = push_tokens.new_push_token(old.run_id) if push_target_of(old.request_body) else None
     body = resend_body(old.request_body, message_id, push_token)
-    done = resends.resend(old.id, message_id, push_tokens.mask(body, push_token) if push_token else body, push_token)
+    journalled = push_tokens.mask(body, push_token) if push_token else body
+    done = resends.record_resend(old.id, message_id, journalled, push_token)
     log.info("run %s: outbound %s resent by %s as %s", old.run_id, old.id, by, done.row.id)
     sent = client.send(body)
     row = resends.record_resent_outcome(done.row.id, sent.outcome, error=sent.error,

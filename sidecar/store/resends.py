@@ -42,7 +42,7 @@ def waiting_on(row: Outbound) -> DependencyWait:
 
 
 @transactional
-def resend(old_id: str, message_id: str, body: str, push_token: str | None = None) -> Resend:
+def record_resend(old_id: str, message_id: str, body: str, push_token: str | None = None) -> Resend:
     """Supersede `old_id` with a new pending row carrying `body` (its push token masked); NotFound, or
     NotResendable when the row is not outcome_unknown or its run no longer waits on it (nothing written).
     With `push_token` (the resend's new one) the new row and the wait keep its digest: pushes for the new

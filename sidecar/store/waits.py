@@ -74,7 +74,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
         "remote_agent": s.remote_agent, "outbound_id": s.outbound_id, "outcome": s.outcome,
         "remote_task_id": s.remote_task_id,
     })
-    leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     notify.notify()  # a coordinator sleeping until the next due time must learn of this one
     return wait_id
 
