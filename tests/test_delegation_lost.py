@@ -91,6 +91,8 @@ def test_without_list_tasks_one_operator_resend_completes_the_run(
     assert by_cli.returncode == 1 and "outcome_unknown" in by_cli.stderr
     assert peer.task_count == 2 and peer.calls["message/send"] == 2
     assert client.post("/api/v1/outbound/not-a-uuid/resend", headers=operator_headers).status_code == 404
+    not_an_id = _cli(database_url, "outbound", "resend", "not-a-uuid")  # the same service refuses it
+    assert not_an_id.returncode == 1 and "no outbound row with that id" in not_an_id.stderr
 
 
 def test_a_resend_from_the_command_line(database_url, settings, peers, start_worker):
