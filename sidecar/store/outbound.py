@@ -166,6 +166,11 @@ def sends_of_run(run_id: str) -> list[Outbound]:
 
 
 @transactional
+def count_push(outbound_id: str) -> None:
+    """One more push for this send (one UPDATE: pushes are rare, and a lost count would only under-report)."""
+    Outbound.update(pushes_seen=Outbound.pushes_seen + 1).where(Outbound.id == outbound_id).execute()
+
+
 def note_early_push(outbound_id: str) -> None:
     """Remember a push that came before the run's suspension (the first one counts)."""
     Outbound.update(push_received_at=utcnow()).where(
