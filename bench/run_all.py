@@ -17,6 +17,7 @@ BENCHMARKS = [
     "bench_decisions.py",
     "bench_serving.py",
     "bench_console.py",
+    "bench_sqlite_lock.py",
 ]
 
 

@@ -59,3 +59,5 @@ def test_every_benchmark_runs_quick_and_prints_its_figures():
     assert {(d, phase) for d, phase, _, _ in serving} == {
         (d, phase) for d in ("sqlite", "postgresql") for phase in ("create", "read", "health")}, output
     assert all(int(requests) > 0 and int(errors) == 0 for _, _, requests, errors in serving), output
+    lock = re.findall(r"^(sqlite-handler|store) +(\d+) ", _section(result.stdout, "bench_sqlite_lock.py"), re.MULTILINE)
+    assert lock == [("sqlite-handler", "450"), ("store", "450")], output
