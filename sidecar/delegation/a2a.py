@@ -4,6 +4,10 @@ Every connection is guarded (address_guard, before connecting and again on the c
 redirects are not followed, each call has a timeout and a limit on the answer's size, and environment
 proxies are ignored (the guard must see the address it really talks to).
 
+Reads (GetTask, ListTasks, CancelTask, which change nothing when repeated) keep their connections alive in a
+pool per agent's address, so a poll does not pay a new connection; the guard still checks every new one. A
+send always takes a fresh connection: see _exchange.
+
 What a failed send means is the point of this module: a send is `not_delivered` only when no byte of
 the request was handed to a socket (the guard refused, the name did not resolve, the connection was
 refused or timed out). The connection class records the moment the request starts to be written, so
@@ -11,8 +15,11 @@ this is known, not guessed from exception types. Every failure after that moment
 the peer may have created the task, and only reconciliation (ListTasks by contextId) can tell.
 """
 
+import contextlib
 import contextvars
+import http.cookiejar
 import json
+import threading
 import time
 from dataclasses import dataclass, replace
 from urllib.parse import urljoin
@@ -53,6 +60,7 @@ class PushTarget:
 class _Call:
     allow: AllowList
     sent: bool = False  # set just before the first byte of the request is written to the socket
+    connected: bool = False  # set when the call opened a connection of its own (not one kept alive)
 
 
 _CALL: contextvars.ContextVar[_Call] = contextvars.ContextVar("a2a_call")
@@ -62,11 +70,13 @@ class _GuardedConnection:
     def _new_conn(self):
         sock = super()._new_conn()
         # The name was checked before connecting; this checks the address the socket really reached.
+        call = _CALL.get()
         try:
-            check_connected(self.host, sock.getpeername()[0], _CALL.get().allow)
+            check_connected(self.host, sock.getpeername()[0], call.allow)
         except AddressRefused:
             sock.close()
             raise
+        call.connected = True
         return sock
 
     def send(self, data):
@@ -102,9 +112,10 @@ class _GuardedAdapter(HTTPAdapter):
 class _Failed(Exception):
     """A call that got no usable answer; `sent` says whether any of the request may have left."""
 
-    def __init__(self, message: str, sent: bool):
+    def __init__(self, message: str, sent: bool, on_kept_alive: bool = False):
         super().__init__(message)
         self.sent = sent
+        self.on_kept_alive = on_kept_alive
 
 
 @dataclass(frozen=True)
@@ -113,37 +124,78 @@ class _Answer:
     data: bytes
 
 
+_KEPT_ALIVE_PER_ADDRESS = 16  # connections a pool keeps (more may be open at once; the extra ones are closed)
+_pools: dict[tuple, requests.Session] = {}
+_pools_lock = threading.Lock()
+
+
+def _new_session(pool_size: int = 1) -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False
+    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))  # no cookie is kept
+    adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=pool_size)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def _kept_alive(url: str, allow: AllowList) -> requests.Session:
+    """The pool of kept-alive connections for this address (scheme, host, port) and allow-list."""
+    scheme, _, rest = url.partition("://")
+    key = (scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
+    with _pools_lock:
+        session = _pools.get(key)
+        if session is None:
+            session = _pools[key] = _new_session(_KEPT_ALIVE_PER_ADDRESS)
+        return session
+
+
 def _exchange(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
-              max_bytes: int) -> _Answer:
-    """One HTTP exchange on a fresh connection (a reused one could have been closed by the peer, which
-    would turn a request that never arrived into an unknown outcome). Connecting, waiting for the answer
-    to begin, and reading all of it each get `timeout`: against a peer that trickles its answer a call
-    ends within about three timeouts. AddressRefused (always raised before anything is sent) passes
-    through; every other failure is a _Failed."""
+              max_bytes: int, keep_alive: bool = False) -> _Answer:
+    """One HTTP exchange. Connecting, waiting for the answer to begin, and reading all of it each get
+    `timeout`: against a peer that trickles its answer a call ends within about three timeouts.
+    AddressRefused (always raised before anything is sent) passes through; every other failure is a _Failed.
+
+    Without `keep_alive` the exchange has a fresh connection of its own: a kept-alive one may have been
+    closed by the peer, and a send on it would turn a request that never arrived into an unknown outcome.
+    With `keep_alive` (a read: asking again changes nothing) the connection comes from the address's pool,
+    and a kept-alive connection that fails is given one more try on a new connection."""
+    try:
+        return _exchange_once(method, url, body=body, headers=headers, allow=allow, timeout=timeout,
+                              max_bytes=max_bytes, keep_alive=keep_alive)
+    except _Failed as exc:
+        if not (keep_alive and exc.on_kept_alive):
+            raise
+    return _exchange_once(method, url, body=body, headers=headers, allow=allow, timeout=timeout,
+                          max_bytes=max_bytes, keep_alive=False)
+
+
+def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
+                   max_bytes: int, keep_alive: bool) -> _Answer:
     call = _Call(allow)
     token = _CALL.set(call)
     try:
         check_url(url, allow)
-        with requests.Session() as session:
-            session.trust_env = False
-            adapter = _GuardedAdapter(max_retries=0)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            with session.request(method, url, data=body, headers=headers, timeout=(timeout, timeout),
-                                 allow_redirects=False, stream=True) as response:
-                deadline = time.monotonic() + timeout
-                if int(response.headers.get("Content-Length") or 0) > max_bytes:
+        with contextlib.ExitStack() as stack:
+            session = _kept_alive(url, allow) if keep_alive else stack.enter_context(_new_session())
+            response = stack.enter_context(session.request(
+                method, url, data=body, headers=headers, timeout=(timeout, timeout), allow_redirects=False,
+                stream=True))
+            deadline = time.monotonic() + timeout
+            if int(response.headers.get("Content-Length") or 0) > max_bytes:
+                raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
+            data = bytearray()
+            for chunk in response.iter_content(64 * 1024):
+                data += chunk
+                if len(data) > max_bytes:
                     raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
-                data = bytearray()
-                for chunk in response.iter_content(64 * 1024):
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
-                    if time.monotonic() > deadline:
-                        raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
-                return _Answer(response.status_code, bytes(data))
+                if time.monotonic() > deadline:
+                    raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
+            return _Answer(response.status_code, bytes(data))
     except (requests.RequestException, OSError, ValueError) as exc:
-        raise _Failed(_describe(exc, timeout), sent=call.sent) from None
+        # A connection error (not a timeout) on a connection this call did not open: the peer had closed it.
+        stale = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
+        raise _Failed(_describe(exc, timeout), sent=call.sent, on_kept_alive=stale and not call.connected) from None
     finally:
         _CALL.reset(token)
 
@@ -422,14 +474,15 @@ class A2AClient:
 
     # Calls -------------------------------------------------------------------------------------------
 
-    def _post(self, body_text: str, dialect: str, timeout: float | None) -> _Answer:
+    def _post(self, body_text: str, dialect: str, timeout: float | None, keep_alive: bool = False) -> _Answer:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if dialect == "1.0":
             headers["A2A-Version"] = "1.0"  # without it a 1.0 server takes the request for 0.3
         if self.endpoint.auth_header and self.endpoint.auth_value:
             headers[self.endpoint.auth_header] = self.endpoint.auth_value
         return _exchange("POST", self.endpoint.rpc_url, body=body_text.encode("utf-8"), headers=headers,
-                         allow=self.allow, timeout=timeout or self.timeout, max_bytes=self.max_bytes)
+                         allow=self.allow, timeout=timeout or self.timeout, max_bytes=self.max_bytes,
+                         keep_alive=keep_alive)
 
     def send(self, body_text: str, timeout: float | None = None) -> SendResult:
         """Post exactly this send body (from build_send, or as the journal stored it)."""
@@ -465,7 +518,7 @@ class A2AClient:
         """The JSON-RPC result of one call, and the size of the answer that carried it."""
         request_id = json.loads(body_text)["id"]
         try:
-            answer = self._post(body_text, self.dialect, timeout)
+            answer = self._post(body_text, self.dialect, timeout, keep_alive=True)  # reads, and idempotent
             reply = _reply(answer, request_id)
         except (_Failed, _Malformed) as exc:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: {exc}") from None
