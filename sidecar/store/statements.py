@@ -55,14 +55,41 @@ def select_one(model, **equal):
     return rows[0] if rows else None
 
 
-def select_value(model, column: str, **equal):
+def select_value(model, column: str, *, for_update: bool = False, **equal):
     """One column of the row of `model` whose columns equal `equal` (none is None), as stored; None when
-    there is no such row."""
+    there is no such row. `for_update`: the row is locked for this transaction (server databases)."""
     fields = model._meta.columns
     conditions = " AND ".join(f"{_name(name)} = {database.param}" for name in equal)
     sql = f"SELECT {_name(column)} FROM {_name(model._meta.table_name)} WHERE {conditions}"
+    if for_update:
+        sql += " FOR UPDATE"
     row = database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()]).fetchone()
     return row[0] if row else None
+
+
+def update_where(model, where: dict, values: dict) -> int:
+    """UPDATE the rows of `model` whose columns equal `where` (None: IS NULL): set `values` (by column name).
+    Returns how many rows matched."""
+    fields = model._meta.columns
+    param = database.param
+    conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
+                  for column, value in where.items()]
+    sql = (f"UPDATE {_name(model._meta.table_name)} SET {', '.join(f'{_name(column)} = {param}' for column in values)}"
+           f" WHERE {' AND '.join(conditions)}")
+    params = [fields[column].db_value(value) for column, value in values.items()]
+    params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
+    return database.execute_sql(sql, params).rowcount
+
+
+def insert_values(model, values: dict) -> None:
+    """INSERT a row of `model` with only the columns in `values` (by column name): the database gives the rest
+    (a generated key)."""
+    fields = model._meta.columns
+    columns = ", ".join(_name(column) for column in values)
+    database.execute_sql(
+        f"INSERT INTO {_name(model._meta.table_name)} ({columns}) VALUES ({_placeholders(len(values))})",
+        [fields[column].db_value(value) for column, value in values.items()],
+    )
 
 
 def insert_row(model, values: dict) -> None:
