@@ -4,9 +4,9 @@ Every connection is guarded (address_guard, before connecting and again on the c
 redirects are not followed, each call has a timeout and a limit on the answer's size, and environment
 proxies are ignored (the guard must see the address it really talks to).
 
-Reads (GetTask, ListTasks, CancelTask, which change nothing when repeated) keep their connections alive in a
-pool per agent's address, so a poll does not pay a new connection; the guard still checks every new one. A
-send always takes a fresh connection: see _exchange.
+Reads (GetTask, ListTasks) keep their connections alive in a pool per agent's address, so a poll does not
+pay a new connection; the guard still checks every new one. A send and a CancelTask (whose attempts are
+counted) take a fresh connection each: see _exchange.
 
 What a failed send means is the point of this module: a send is `not_delivered` only when no byte of
 the request was handed to a socket (the guard refused, the name did not resolve, the connection was
@@ -15,7 +15,6 @@ this is known, not guessed from exception types. Every failure after that moment
 the peer may have created the task, and only reconciliation (ListTasks by contextId) can tell.
 """
 
-import contextlib
 import contextvars
 import http.cookiejar
 import json
@@ -103,10 +102,33 @@ class _GuardedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _GuardedHTTPSConnection
 
 
+class _Closing:
+    """A pool that closes each connection handed back to it: the next request on it connects anew."""
+
+    def _put_conn(self, conn):
+        if conn is not None:
+            conn.close()
+        super()._put_conn(conn)
+
+
+class _FreshHTTPPool(_Closing, _GuardedHTTPPool):
+    pass
+
+
+class _FreshHTTPSPool(_Closing, _GuardedHTTPSPool):
+    pass
+
+
 class _GuardedAdapter(HTTPAdapter):
+    def __init__(self, *args, fresh: bool = False, **kwargs):
+        self.fresh = fresh  # before the base class builds the pool manager
+        super().__init__(*args, **kwargs)
+
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+        self.poolmanager.pool_classes_by_scheme = (
+            {"http": _FreshHTTPPool, "https": _FreshHTTPSPool} if self.fresh
+            else {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool})
 
 
 class _Failed(Exception):
@@ -125,28 +147,25 @@ class _Answer:
 
 
 _KEPT_ALIVE_PER_ADDRESS = 16  # connections a pool keeps (more may be open at once; the extra ones are closed)
-_pools: dict[tuple, requests.Session] = {}
-_pools_lock = threading.Lock()
+_sessions: dict[tuple, requests.Session] = {}
+_sessions_lock = threading.Lock()
 
 
-def _new_session(pool_size: int = 1) -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False
-    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))  # no cookie is kept
-    adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=pool_size)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-def _kept_alive(url: str, allow: AllowList) -> requests.Session:
-    """The pool of kept-alive connections for this address (scheme, host, port) and allow-list."""
+def _session(url: str, allow: AllowList, *, keep_alive: bool) -> requests.Session:
+    """The session for this address (scheme, host, port) and allow-list: its connections kept alive between
+    calls, or each closed when its call ends. Built once (building one costs about as much as a call)."""
     scheme, _, rest = url.partition("://")
-    key = (scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
-    with _pools_lock:
-        session = _pools.get(key)
+    key = (keep_alive, scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
+    with _sessions_lock:
+        session = _sessions.get(key)
         if session is None:
-            session = _pools[key] = _new_session(_KEPT_ALIVE_PER_ADDRESS)
+            session = _sessions[key] = requests.Session()
+            session.trust_env = False
+            session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))  # none is kept
+            adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=_KEPT_ALIVE_PER_ADDRESS,
+                                      fresh=not keep_alive)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
         return session
 
 
@@ -176,11 +195,9 @@ def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, 
     token = _CALL.set(call)
     try:
         check_url(url, allow)
-        with contextlib.ExitStack() as stack:
-            session = _kept_alive(url, allow) if keep_alive else stack.enter_context(_new_session())
-            response = stack.enter_context(session.request(
-                method, url, data=body, headers=headers, timeout=(timeout, timeout), allow_redirects=False,
-                stream=True))
+        session = _session(url, allow, keep_alive=keep_alive)
+        with session.request(method, url, data=body, headers=headers, timeout=(timeout, timeout),
+                             allow_redirects=False, stream=True) as response:
             deadline = time.monotonic() + timeout
             if int(response.headers.get("Content-Length") or 0) > max_bytes:
                 raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
@@ -514,11 +531,12 @@ class A2AClient:
         except ValueError as exc:
             return SendResult("outcome_unknown", error=f"unreadable answer: {exc}", bytes_received=size)
 
-    def _call(self, body_text: str, timeout: float | None) -> tuple[object, int]:
-        """The JSON-RPC result of one call, and the size of the answer that carried it."""
+    def _call(self, body_text: str, timeout: float | None, *, read: bool = False) -> tuple[object, int]:
+        """The JSON-RPC result of one call, and the size of the answer that carried it. A `read` changes
+        nothing on the peer, so it may go on a kept-alive connection (and be asked again on a new one)."""
         request_id = json.loads(body_text)["id"]
         try:
-            answer = self._post(body_text, self.dialect, timeout, keep_alive=True)  # reads, and idempotent
+            answer = self._post(body_text, self.dialect, timeout, keep_alive=read)
             reply = _reply(answer, request_id)
         except (_Failed, _Malformed) as exc:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: {exc}") from None
@@ -526,15 +544,15 @@ class A2AClient:
             raise RemoteError(reply.error_message, reply.error_code)
         return reply.result, len(answer.data)
 
-    def _task(self, body_text: str, timeout: float | None) -> TaskView:
-        result, size = self._call(body_text, timeout)
+    def _task(self, body_text: str, timeout: float | None, *, read: bool = False) -> TaskView:
+        result, size = self._call(body_text, timeout, read=read)
         try:
             return replace(task_view(result), bytes_received=size)
         except ValueError:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task") from None
 
     def get_task(self, task_id: str, timeout: float | None = None) -> TaskView:
-        return self._task(_body(f"get-{task_id}", _METHODS[self.dialect]["get"], {"id": task_id}), timeout)
+        return self._task(_body(f"get-{task_id}", _METHODS[self.dialect]["get"], {"id": task_id}), timeout, read=True)
 
     def cancel_task(self, task_id: str, timeout: float | None = None) -> TaskView:
         return self._task(self.build_cancel(task_id), timeout)
@@ -546,7 +564,7 @@ class A2AClient:
         tasks: list[TaskView] = []
         params: dict = {"contextId": context_id, "includeArtifacts": True}
         for page in range(max_pages):
-            result, _ = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout)
+            result, _ = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout, read=True)
             if not isinstance(result, dict) or not isinstance(result.get("tasks", []), list):
                 raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task list")
             try:

@@ -55,16 +55,28 @@ def select_one(model, **equal):
     return rows[0] if rows else None
 
 
-def select_value(model, column: str, *, for_update: bool = False, **equal):
-    """One column of the row of `model` whose columns equal `equal` (none is None), as stored; None when
-    there is no such row. `for_update`: the row is locked for this transaction (server databases)."""
+def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None, for_update: bool = False,
+                **equal) -> list[tuple]:
+    """`columns` of the rows of `model` whose columns equal `equal` (none is None), each value converted by
+    its field as peewee would. `for_update`: the rows are locked for this transaction (server databases)."""
     fields = model._meta.columns
     conditions = " AND ".join(f"{_name(name)} = {database.param}" for name in equal)
-    sql = f"SELECT {_name(column)} FROM {_name(model._meta.table_name)} WHERE {conditions}"
+    selected = ", ".join(_name(column) for column in columns)
+    sql = f"SELECT {selected} FROM {_name(model._meta.table_name)} WHERE {conditions}"
+    if order_by:
+        sql += f" ORDER BY {_name(order_by)}"
     if for_update:
         sql += " FOR UPDATE"
-    row = database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()]).fetchone()
-    return row[0] if row else None
+    cursor = database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()])
+    converters = [fields[column].python_value for column in columns]
+    return [tuple(convert(value) for convert, value in zip(converters, row, strict=True)) for row in cursor]
+
+
+def select_value(model, column: str, *, for_update: bool = False, **equal):
+    """One column of the row of `model` whose columns equal `equal` (none is None); None when there is no such
+    row. `for_update`: the row is locked for this transaction (server databases)."""
+    rows = select_rows(model, (column,), for_update=for_update, **equal)
+    return rows[0][0] if rows else None
 
 
 def update_where(model, where: dict, values: dict) -> int:
