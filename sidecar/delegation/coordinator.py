@@ -90,7 +90,10 @@ class Coordinator:
             looked_at = time.monotonic()
             busy = False
             try:
-                busy = self.tick() >= self.batch
+                # Woken by a suspension's NOTIFY, or ticking with nothing due yet: one indexed read instead
+                # of a claim's write transaction (which on SQLite holds the only writer's lock).
+                if self._anything_due():
+                    busy = self.tick() >= self.batch
                 self.send_cancels()
                 database.after_success()
             except Exception as exc:
@@ -102,6 +105,11 @@ class Coordinator:
                 continue  # more may be due than one batch
             self._wake.wait(self._sleep_seconds(looked_at))
             self._wake.clear()
+
+    @staticmethod
+    def _anything_due() -> bool:
+        due = waits.earliest_due()
+        return due is not None and due <= utcnow()
 
     def _sleep_seconds(self, looked_at: float) -> float:
         # The next look at the due index comes tick_seconds after the last one began, not after its work
