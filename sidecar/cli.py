@@ -155,27 +155,31 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
     for other in others:
         other.start()
     w = _make_worker(settings, concurrency, poll_interval, executor)
+    restarting = threading.Lock()  # no process is started again once the others are asked to stop
 
     def stop() -> None:
-        for other in others:
-            other.begin_stop()
+        with restarting:
+            for other in others:
+                other.begin_stop()
         w.stop(grace)
 
     _on_termination(stop)
     if others:
-        threading.Thread(target=_keep_running, args=(others,), name="worker-processes", daemon=True).start()
+        threading.Thread(target=_keep_running, args=(others, restarting), name="worker-processes",
+                         daemon=True).start()
     w.run()
     for other in others:
         other.wait_stopped()
     _exit_stopped()
 
 
-def _keep_running(others: list) -> None:
+def _keep_running(others: list, restarting: threading.Lock) -> None:
     """Start again a worker process that ended while not asked to stop (at most every few seconds)."""
     while True:
         time.sleep(1.0)
-        for other in others:
-            other.keep_running()
+        with restarting:
+            for other in others:
+                other.keep_running()
 
 
 @main.command()
