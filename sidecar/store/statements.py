@@ -51,8 +51,17 @@ def select_one(model, **equal):
                   for column, value in equal.items()]
     params = [fields[column].db_value(value) for column, value in equal.items() if value is not None]
     sql = f"SELECT * FROM {_name(model._meta.table_name)} WHERE {' AND '.join(conditions)}"
-    rows = list(model.raw(sql, *params))
-    return rows[0] if rows else None
+    cursor = database.execute_sql(sql, params)
+    rows = cursor.fetchall()  # all of it: on SQLite an unfinished read would keep its snapshot open
+    if not rows:
+        return None
+    # As peewee's own reading of a row makes it (each value through its field), without its cursor wrapper,
+    # which cost as much again as the query for the 34 columns of a run.
+    instance = model(__no_default__=1)
+    for (column, *_), value in zip(cursor.description, rows[0], strict=True):
+        field = fields[column]
+        instance.__data__[field.name] = field.python_value(value)
+    return instance
 
 
 def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None, for_update: bool = False,
