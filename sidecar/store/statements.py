@@ -162,10 +162,15 @@ def update_run(
     ).fetchone()
 
 
-def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str) -> None:
+def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *, notify_channel: str | None = None
+                 ) -> None:
+    """INSERT the event; with `notify_channel` (PostgreSQL) the same round trip also queues the notification
+    of the run's id on that channel (sent at commit)."""
     fields = RunEvent._meta.columns
     values = (run_id, sequence, kind, fields["at"].db_value(at), payload_json)
     columns = ", ".join(_name(column) for column in _EVENT_COLUMNS)
-    database.execute_sql(
-        f"INSERT INTO {_name('run_events')} ({columns}) VALUES ({_placeholders(len(values))})", values
-    )
+    sql = f"INSERT INTO {_name('run_events')} ({columns}) VALUES ({_placeholders(len(values))})"
+    if notify_channel is not None:
+        sql += f"; SELECT pg_notify({database.param}, {database.param})"
+        values = (*values, notify_channel, run_id)
+    database.execute_sql(sql, values)
