@@ -236,7 +236,7 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
                     used = {pid: (cpu_seconds(pid) - before[pid]) * 1000 / phase.runs for pid in before}
                     check_answers(ids)
                     rows.append(Row(dialect, phase, bound_rate, rate, latencies, sum(used[p] for p in api_pids),
-                                    [used[p] for p in worker_pids if used[p] > 0 or len(worker_pids) == 1]))
+                                    [used[p] for p in worker_pids]))
                     print_row(rows[-1], quick)
         except CheckFailed as exc:
             tails = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in logs.glob("*.log"))
