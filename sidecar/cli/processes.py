@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import click
 from prometheus_client import start_http_server
@@ -85,7 +86,17 @@ worker_options = [
     click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(min=0),
                  help="On SIGTERM, seconds to let segments finish (their leases are still renewed, so this may "
                       "exceed the lease) before handing the rest back to the queue."),
+    click.option("--processes", default=1, show_default=True, type=click.IntRange(min=1),
+                 help="Worker processes, each with --concurrency threads and its own coordinator: one per core "
+                      "uses every core (a process's threads share one interpreter lock)."),
 ]
+
+
+def _worker_argv(concurrency: int, poll_interval: float, executor: str, grace: float, processes: int = 1) -> list:
+    """The command line of a worker process started by this one (serve's companion, worker's others)."""
+    return [sys.executable, "-m", "sidecar.cli", *(["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG) else []),
+            "worker", "--concurrency", str(concurrency), "--poll-interval", str(poll_interval),
+            "--executor", executor, "--grace", str(grace), "--processes", str(processes)]
 
 
 def _with_worker_options(fn):
@@ -100,17 +111,48 @@ def _with_worker_options(fn):
               help="Serve this process's Prometheus counters on http://HOST:PORT/metrics (no token).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="The address --metrics-port listens on.")
-def worker(concurrency: int, poll_interval: float, executor: str, grace: float, metrics_port: int | None,
-           metrics_host: str) -> None:
-    """Claim queued runs and execute them until SIGTERM; then finish or hand back what is held."""
+def worker(concurrency: int, poll_interval: float, executor: str, grace: float, processes: int,
+           metrics_port: int | None, metrics_host: str) -> None:
+    """Claim queued runs and execute them until SIGTERM; then finish or hand back what is held.
+
+    With --processes N this process is one of the N and starts the others (started again if one dies); a
+    SIGTERM stops all of them, each with its --grace."""
+    from ..serving.server import Companion
+
     settings = _bind(migrate=True, wait_for_database=True)
     if metrics_port is not None:
         # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
         start_http_server(metrics_port, addr=metrics_host)
+    others = [Companion(_worker_argv(concurrency, poll_interval, executor, grace), grace)
+              for _ in range(processes - 1)]
+    for other in others:
+        other.start()
     w = _make_worker(settings, concurrency, poll_interval, executor)
-    _on_termination(lambda: w.stop(grace))
+    restarting = threading.Lock()  # no process is started again once the others are asked to stop
+
+    def stop() -> None:
+        with restarting:
+            for other in others:
+                other.begin_stop()
+        w.stop(grace)
+
+    _on_termination(stop)
+    if others:
+        threading.Thread(target=_keep_running, args=(others, restarting), name="worker-processes",
+                         daemon=True).start()
     w.run()
+    for other in others:
+        other.wait_stopped()
     _exit_stopped()
+
+
+def _keep_running(others: list, restarting: threading.Lock) -> None:
+    """Start again a worker process that ended while not asked to stop (at most every few seconds)."""
+    while True:
+        time.sleep(1.0)
+        with restarting:
+            for other in others:
+                other.keep_running()
 
 
 @click.command()
@@ -132,7 +174,8 @@ def reap(limit: int) -> None:
 @click.option("--threads", default=DEFAULT_THREADS, show_default=True, type=click.IntRange(min=2),
               help="Threads of each HTTP worker: an open event stream holds one.")
 @_with_worker_options
-def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_interval, executor, grace) -> None:
+def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_interval, executor, grace,
+          processes) -> None:
     """Serve the HTTP API with gunicorn (migrating the database first), with a worker beside it unless --no-worker.
 
     SIGTERM stops gracefully (requests finish, streams end, the worker gets its --grace); SIGHUP replaces
@@ -149,11 +192,7 @@ def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_inter
     settings = _bind(migrate=True, wait_for_database=True)
     companion = None
     if not no_worker:
-        argv = [sys.executable, "-m", "sidecar.cli", *(["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG)
-                                                        else []),
-                "worker", "--concurrency", str(concurrency), "--poll-interval", str(poll_interval),
-                "--executor", executor, "--grace", str(grace)]
-        companion = Companion(argv, grace)
+        companion = Companion(_worker_argv(concurrency, poll_interval, executor, grace, processes), grace)
 
     def on_ready(bound_port: int) -> None:
         if demo:
