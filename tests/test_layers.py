@@ -200,19 +200,21 @@ def test_imports_go_only_downward():
 def test_the_graph_checks_fail_on_a_sample_tree(tmp_path):
     """A cycle made by an import inside a function, and the upward import it contains, are both found."""
     (tmp_path / "sidecar" / "engine").mkdir(parents=True)
+    (tmp_path / "sidecar" / "delegation").mkdir()
     for folder in ("compat", "plugins"):
         (tmp_path / folder).mkdir()
     (tmp_path / "sidecar" / "__init__.py").write_text("")
     (tmp_path / "sidecar" / "engine" / "__init__.py").write_text("")
     (tmp_path / "sidecar" / "engine" / "loop.py").write_text("from ..delegation import start\n")
-    (tmp_path / "sidecar" / "delegation.py").write_text("def tool():\n    from .engine import loop\n")
+    (tmp_path / "sidecar" / "delegation" / "__init__.py").write_text("")
+    (tmp_path / "sidecar" / "delegation" / "tool.py").write_text("def tool():\n    from ..engine import loop\n")
     graph = import_graph(tmp_path)
     assert graph["engine"] == {"delegation": ["sidecar/engine/loop.py:1"]}
-    assert graph["delegation"] == {"engine": ["sidecar/delegation.py:2"]}
+    assert graph["delegation"] == {"engine": ["sidecar/delegation/tool.py:2"]}
     assert find_cycle(graph) == ["delegation", "engine", "delegation"]
     assert not_downward(graph, ({"sidecar"}, {"engine"}, {"delegation"})) == [
         "engine imports delegation (sidecar/engine/loop.py:1)"]
     assert not_downward(graph, ({"sidecar"}, {"engine", "delegation"})) == [
-        "delegation imports engine (sidecar/delegation.py:2)", "engine imports delegation (sidecar/engine/loop.py:1)"]
+        "delegation imports engine (sidecar/delegation/tool.py:2)", "engine imports delegation (sidecar/engine/loop.py:1)"]
     del graph["delegation"]["engine"]
     assert find_cycle(graph) is None
