@@ -215,6 +215,7 @@ def test_the_graph_checks_fail_on_a_sample_tree(tmp_path):
     assert not_downward(graph, ({"sidecar"}, {"engine"}, {"delegation"})) == [
         "engine imports delegation (sidecar/engine/loop.py:1)"]
     assert not_downward(graph, ({"sidecar"}, {"engine", "delegation"})) == [
-        "delegation imports engine (sidecar/delegation/tool.py:2)", "engine imports delegation (sidecar/engine/loop.py:1)"]
+        "delegation imports engine (sidecar/delegation/tool.py:2)",
+        "engine imports delegation (sidecar/engine/loop.py:1)"]
     del graph["delegation"]["engine"]
     assert find_cycle(graph) is None
