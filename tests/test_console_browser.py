@@ -24,11 +24,13 @@ from sidecar.store import consumers, migrations, runs, tokens
 from sidecar.store import db as store_db
 from sidecar.store.models import ApiToken, Outbound
 from sidecar.worker import Worker
-from tests.a2a_peer import PeerPool
-from tests.api_helpers import ACTOR, TEST_SECRET_KEY
-from tests.decision_helpers import INPUT_SCRIPT
-from tests.delegation_helpers import delegating_run, register
-from tests.helpers import ROOT, run_row, wait_until
+from tests.support import ROOT
+from tests.support.api import ACTOR, TEST_SECRET_KEY
+from tests.support.decisions import INPUT_SCRIPT
+from tests.support.delegation import delegating_run, register
+from tests.support.peers import PeerPool
+from tests.support.runs import run_row
+from tests.support.waiting import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -13,8 +13,9 @@ from sidecar.segment import Segment
 from sidecar.store import leases, notes, runs
 from sidecar.store.models import ToolResult
 from sidecar.worker import execute_segment
-from tests.engine_support import LEASE, FunctionTool, make_settings, request_cancel, requeue_as_the_reaper_would
-from tests.helpers import run_row
+from tests.support.engine import FunctionTool, make_settings, request_cancel, requeue_as_the_reaper_would
+from tests.support.runs import run_row
+from tests.support.segments import LEASE
 
 
 class CarefulPlugin:

@@ -5,15 +5,13 @@ so its task is cancelled too."""
 
 import time
 
-import pytest
-
 from sidecar.delegation.a2a import A2AClient, read_card
 from sidecar.store.models import DependencyWait, Outbound
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.delegation_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 
 def remote_state(peer, task_id: str) -> str:
@@ -48,7 +46,7 @@ def test_the_delegations_deadline_gives_timeout_and_one_cancel_task(settings, pe
     assert remote_state(peer, send.remote_task_id) == "canceled"
     time.sleep(1)  # many ticks later: nothing sent again
     assert peer.calls["CancelTask"] == 1 and peer.calls["SendMessage"] == 1
-    assert [e["note"] for e in events_of(run_id, "outbound") if e["kind"] == "cancel"] == [
+    assert [e["note"] for e in event_payloads(run_id, "outbound") if e["kind"] == "cancel"] == [
         "cancel journalled before sending", "cancel sent"]
 
 

@@ -6,17 +6,15 @@ delegation whose outcome is unknown triggers reconciliation."""
 import json
 import time
 
-import pytest
-
 from sidecar.delegation.a2a import push_target_of
 from sidecar.store import waits
 from sidecar.store.models import DependencyWait, Outbound, RunEvent
-from tests.api_helpers import TEST_SECRET_KEY
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, register, tool_results
-from tests.helpers import run_row, start_worker, stop_process, wait_until
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 
 def completion_latency(webhook, run_id: str) -> float:
@@ -28,11 +26,11 @@ def completion_latency(webhook, run_id: str) -> float:
     return (finished - pushed).total_seconds()
 
 
-def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, start_push_worker, client):
+def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, start_worker, client):
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:30:slow answer")
-    start_push_worker(concurrency=1)
+    start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (row,) = Outbound.select()
     assert push_target_of(row.request_body).url == webhook.url + "/api/v1/push"
@@ -71,11 +69,11 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     assert DependencyWait.get_by_id(wait.id).next_poll_at > before[0]
 
 
-def test_a_push_resumes_a_run_polled_every_60s_in_under_a_second(settings, peers, webhook, start_push_worker):
+def test_a_push_resumes_a_run_polled_every_60s_in_under_a_second(settings, peers, webhook, start_worker):
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:3:pushed answer")
-    start_push_worker(concurrency=1, tick=0.25)
+    start_worker(settings=webhook.settings, concurrency=1, tick=0.25)
     latency = completion_latency(webhook, run_id)
     assert latency < 1.0, f"push to completion took {latency:.3f}s"
     assert run_row(run_id).output == "Remote said: pushed answer"
@@ -84,21 +82,16 @@ def test_a_push_resumes_a_run_polled_every_60s_in_under_a_second(settings, peers
 
 
 def test_every_push_of_a_delegation_is_accepted_even_before_the_suspension(settings, peers, webhook,
-                                                                           start_push_worker):
+                                                                           start_worker):
     # The peer pushes as soon as the task starts: usually before the run's suspension is committed.
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_ids = [delegating_run("research", f"work:0.5:answer {i}") for i in range(3)]
-    start_push_worker(concurrency=3)
+    start_worker(settings=webhook.settings, concurrency=3)
     for run_id in run_ids:
         wait_until(lambda r=run_id: run_row(r).status == "completed", timeout=30, what="the runs to complete")
     statuses = [status for _, status in list(webhook.pushes)]
     assert len(statuses) >= 3 and set(statuses) == {204}, statuses
-
-
-@pytest.fixture
-def sealing_key():
-    return TEST_SECRET_KEY  # the worker process seals with the key of the environment
 
 
 def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, peers, webhook, tmp_path):
@@ -108,7 +101,7 @@ def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, p
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:4:answer from afar")
     env = {"NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": webhook.url}
-    worker = start_worker(database_url, lease=5.0, env=env, log_path=tmp_path / "worker.log")
+    worker = start_worker_process(database_url, lease=5.0, env=env, log_path=tmp_path / "worker.log")
     try:
         latency = completion_latency(webhook, run_id)
         # Without the wake-up the coordinator would look again only after 10 s (its longest sleep) or at the
@@ -119,13 +112,13 @@ def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, p
         stop_process(worker)
 
 
-def test_a_push_for_an_unknown_outcome_triggers_reconciliation(settings, peers, webhook, start_push_worker):
+def test_a_push_for_an_unknown_outcome_triggers_reconciliation(settings, peers, webhook, start_worker):
     peer = peers.start(card="1.0", push=True)
     # The send's answer is lost, and so is the ListTasks right after it: the outcome stays unknown.
     proxy = peers.lossy_proxy(peer, drop=("SendMessage", "ListTasks"))
     register("research", proxy.url, poll=60, push=True)
     run_id = delegating_run("research", "work:3:found again")
-    start_push_worker(concurrency=1)
+    start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (row,) = Outbound.select()
     # The reconciliation before the suspension, and maybe one for the push the peer made when the task

@@ -12,12 +12,12 @@ import pytest
 from sidecar.delegation.a2a import A2AClient, read_card
 from sidecar.store import runs, waits
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent, Run
-from tests.api_helpers import ACTOR
-from tests.delegation_helpers import A2A_DATABASES, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.api import ACTOR
+from tests.support.delegation import ON_A2A_DATABASES, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 V03_CARDS = ["0.3", "0.3-legacy"]
 FINAL = {"content": "Remote said: {last_tool_result}"}
@@ -187,5 +187,5 @@ def test_the_runs_deadline_on_a_0_3_peer_cancels_the_task_and_fails_the_run(sett
     assert (run.status, run.termination_reason) == ("failed", "deadline_exceeded")
     assert DependencyWait.get().resolution == "deadline_exceeded" and tool_results(run_id) == []
     assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
-    assert [e["note"] for e in events_of(run_id, "outbound") if e["kind"] == "cancel"] == [
+    assert [e["note"] for e in event_payloads(run_id, "outbound") if e["kind"] == "cancel"] == [
         "cancel journalled before sending", "cancel sent"]

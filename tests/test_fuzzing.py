@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
 from sidecar.api import create_app
 from sidecar.config import Settings
 from sidecar.store import tokens
-from tests.api_helpers import ACTOR, TEST_SECRET_KEY, as_operator
+from tests.support.api import ACTOR, TEST_SECRET_KEY, as_operator
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Examples per operation and generation mode (positive, negative): a short run in the suite, a long one

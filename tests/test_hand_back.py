@@ -15,7 +15,8 @@ from sidecar.segment import Segment
 from sidecar.store import events, leases, notes, pauses, runs
 from sidecar.store.models import BaseModel, Run
 from sidecar.worker import Worker
-from tests.helpers import event_kinds, run_row, wait_until
+from tests.support.runs import event_kinds, run_row
+from tests.support.waiting import wait_until
 
 LEASE = LeasePolicy(30)
 

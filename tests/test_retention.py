@@ -29,7 +29,8 @@ from sidecar.store.models import (
 )
 from sidecar.testing import StepExecutor
 from sidecar.worker import Worker
-from tests.helpers import cli_in_process, wait_until
+from tests.support.commands import cli_in_process
+from tests.support.waiting import wait_until
 
 OLD = timedelta(days=40)
 CUTOFF_AGE = timedelta(days=30)

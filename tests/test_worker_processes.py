@@ -12,17 +12,10 @@ import pytest
 
 from sidecar.store import events, runs
 from sidecar.store.models import Run, RunEvent
-from tests.helpers import (
-    event_kinds,
-    exit_code,
-    run_row,
-    scrape,
-    start_worker,
-    steps_input,
-    stop_process,
-    wait_until,
-)
-from tests.private_servers import free_port
+from tests.support.private_servers import free_port
+from tests.support.runs import event_kinds, run_row, steps_input
+from tests.support.waiting import wait_until
+from tests.support.workers import exit_code, scrape, start_worker_process, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +40,9 @@ def _held_by_a_worker(run_id: str) -> bool:
 
 def test_three_worker_processes_drain_five_hundred_runs_each_exactly_once(database_url, tmp_path):
     ids = [runs.create_run("owner", steps_input({"event": "work"}, output=f"out {i}")) for i in range(500)]
-    # A lease far longer than a step: this is about three processes competing for claims, and a 1 s lease
-    # on a loaded machine expires now and then, which rightly counts a second claim.
-    workers = [start_worker(database_url, *STEPS, "--concurrency", "2", lease=30.0, log_path=tmp_path / f"w{n}.log")
+    # The generous default lease: this is about three processes competing for claims, and a 1 s lease on a
+    # loaded machine expires now and then, which rightly counts a second claim.
+    workers = [start_worker_process(database_url, *STEPS, "--concurrency", "2", log_path=tmp_path / f"w{n}.log")
                for n in range(3)]
     try:
         wait_until(lambda: Run.select().where(Run.status == "completed").count() == 500, timeout=240,
@@ -74,14 +67,14 @@ def test_three_worker_processes_drain_five_hundred_runs_each_exactly_once(databa
 
 def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_the_run(database_url, tmp_path):
     log_a = tmp_path / "a.log"
-    a = start_worker(database_url, *STEPS, lease=1.0, log_path=log_a)
+    a = start_worker_process(database_url, *STEPS, lease=1.0, log_path=log_a)
     b = None
     try:
         run_id = runs.create_run("owner", steps_input({"sleep": 2.0}, {"event": "after sleep"}, output="done"))
         wait_until(lambda: _held_by_a_worker(run_id), what="worker A to claim the run")
         holder_a = run_row(run_id).lease_holder
         os.kill(a.pid, signal.SIGSTOP)
-        b = start_worker(database_url, *STEPS, lease=1.0, log_path=tmp_path / "b.log")
+        b = start_worker_process(database_url, *STEPS, lease=1.0, log_path=tmp_path / "b.log")
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="worker B to complete the run")
         done = run_row(run_id)
         assert done.lease_holder is None and done.requeue_count == 1
@@ -106,12 +99,12 @@ def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_t
 
 
 def test_a_killed_worker_s_run_is_requeued_and_completes_once(database_url, tmp_path):
-    a = start_worker(database_url, *STEPS, lease=1.0)
+    a = start_worker_process(database_url, *STEPS, lease=1.0)
     run_id = runs.create_run("owner", steps_input({"sleep": 1.5}, {"event": "work"}, output="done"))
     wait_until(lambda: _held_by_a_worker(run_id), what="worker A to claim the run")
     a.kill()
     a.wait()
-    b = start_worker(database_url, *STEPS, lease=1.0)
+    b = start_worker_process(database_url, *STEPS, lease=1.0)
     try:
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the run to complete elsewhere")
     finally:
@@ -127,7 +120,7 @@ def test_a_killed_worker_s_run_is_requeued_and_completes_once(database_url, tmp_
 
 def test_the_heartbeat_keeps_a_step_longer_than_the_lease_alive(database_url, tmp_path):
     # Two workers, so a reaper that wrongly took the run would find another taker.
-    workers = [start_worker(database_url, *STEPS, lease=1.0) for _ in range(2)]
+    workers = [start_worker_process(database_url, *STEPS, lease=1.0) for _ in range(2)]
     try:
         run_id = runs.create_run("owner", steps_input({"sleep": 3.5}, output="long"))
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the long step to complete")
@@ -140,7 +133,7 @@ def test_the_heartbeat_keeps_a_step_longer_than_the_lease_alive(database_url, tm
 
 
 def test_sigterm_drains_a_segment_in_flight(database_url, tmp_path):
-    w = start_worker(database_url, *STEPS, lease=1.0, log_path=tmp_path / "w.log")
+    w = start_worker_process(database_url, *STEPS, lease=1.0, log_path=tmp_path / "w.log")
     run_id = runs.create_run("owner", steps_input({"sleep": 1.5}, output="drained"))
     wait_until(lambda: _held_by_a_worker(run_id), what="the worker to claim the run")
     w.send_signal(signal.SIGTERM)
@@ -150,7 +143,7 @@ def test_sigterm_drains_a_segment_in_flight(database_url, tmp_path):
 
 
 def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tmp_path):
-    w = start_worker(database_url, *STEPS, "--grace", "0.5", lease=5.0, log_path=tmp_path / "w.log")
+    w = start_worker_process(database_url, *STEPS, "--grace", "0.5", lease=5.0, log_path=tmp_path / "w.log")
     run_id = runs.create_run("owner", steps_input({"sleep": 30}, output="never here"))
     wait_until(lambda: _held_by_a_worker(run_id), what="the worker to claim the run")
     started = time.monotonic()
@@ -160,7 +153,7 @@ def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tm
     row = run_row(run_id)
     assert (row.status, row.lease_holder, row.requeue_count) == ("queued", None, 0)
     assert event_kinds(run_id)[-1] == "requeued"
-    taker = start_worker(database_url, "--executor", "sidecar.testing:StepExecutor", lease=5.0)
+    taker = start_worker_process(database_url, "--executor", "sidecar.testing:StepExecutor", lease=5.0)
     try:
         Run.update(input=steps_input(output="taken over")).where(Run.id == run_id).execute()
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="another worker to take it over")
@@ -171,7 +164,7 @@ def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tm
 def test_a_worker_serves_its_own_counters_on_its_metrics_port(database_url, tmp_path):
     port = free_port()
     run_id = runs.create_run("owner", steps_input({"event": "work"}, output="done"))
-    proc = start_worker(database_url, *STEPS, "--metrics-port", str(port), log_path=tmp_path / "w.log")
+    proc = start_worker_process(database_url, *STEPS, "--metrics-port", str(port), log_path=tmp_path / "w.log")
     try:
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the run to complete")
         scraped = scrape(port)

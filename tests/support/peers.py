@@ -63,7 +63,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.lossy_proxy import LossyProxy
+from tests.support.network import LossyProxy
 
 V1_PATH = "/a2a/v1"
 V03_PATH = "/a2a/v03"
