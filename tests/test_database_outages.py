@@ -16,11 +16,9 @@ import uuid
 
 import pytest
 
-from sidecar.api import create_app
-from sidecar.config import Settings
 from sidecar.store import db as store_db
 from sidecar.store import migrations, notify, runs, tokens
-from tests.support.api import TEST_SECRET_KEY, as_host, row_counts
+from tests.support.api import app_for, as_host, row_counts, settings_for
 from tests.support.private_servers import free_port
 from tests.support.runs import run_row, steps_input
 from tests.support.waiting import wait_until
@@ -104,10 +102,8 @@ def restartable(request):
 
 
 def _api(url: str, tmp_path):
-    settings = Settings(instance_path=tmp_path, database_url=url, lease_seconds=3.0, secret_keys=(TEST_SECRET_KEY,))
-    app = create_app(settings, bind_database=False)
-    app.config["PROPAGATE_EXCEPTIONS"] = False  # a bug answers 500 as in production, and the test sees it
-    return app.test_client()
+    # The lease of the worker processes below: health judges their heartbeats by it.
+    return app_for(settings_for(url, tmp_path, lease_seconds=3.0)).test_client()
 
 
 def _unavailable_seconds(metrics_port: int) -> float:

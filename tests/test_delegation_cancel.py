@@ -16,6 +16,7 @@ from tests.support import ROOT
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
 from tests.support.runs import event_payloads, run_row, tool_results
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
 pytestmark = ON_A2A_DATABASES
 
@@ -32,7 +33,7 @@ def test_cancelling_a_waiting_run_cancels_its_remote_task_once(settings, peers, 
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=60)
     run_id = delegating_run("research", "work:30:never needed")
-    start_worker(concurrency=1, coordinators=2)
+    worker = start_worker(concurrency=1, coordinators=2)
     wait_until(lambda: waiting(run_id), what="the run to wait")
 
     answer = client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers)
@@ -44,7 +45,7 @@ def test_cancelling_a_waiting_run_cancels_its_remote_task_once(settings, peers, 
     wait_until(lambda: cancel_row().outcome == "accepted", what="the CancelTask to be answered")
     send = Outbound.get(Outbound.kind == "send")
     assert cancel_row().remote_task_id == send.remote_task_id
-    time.sleep(1)
+    wait_for_ticks(worker)
     assert peer.calls["CancelTask"] == 1
     assert run_row(run_id).status == "cancelled" and tool_results(run_id) == []
     assert client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers).status_code == 409
@@ -57,14 +58,14 @@ def test_one_cancel_task_even_when_the_peer_answers_with_an_error(settings, peer
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=60)
     run_id = delegating_run("research", "work:30:forgotten")
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
     wait_until(lambda: waiting(run_id), what="the run to wait")
     peer.restart()  # the peer forgets the task: CancelTask answers -32001
 
     assert client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers).status_code == 200
     wait_until(lambda: cancel_row().outcome == "rejected", what="the CancelTask to be refused")
     assert "-32001" in cancel_row().error
-    time.sleep(1.5)  # no retry of an answered cancel
+    wait_for_ticks(worker)  # no retry of an answered cancel
     assert peer.calls["CancelTask"] == 1
     assert run_row(run_id).status == "cancelled"
 
@@ -183,10 +184,10 @@ def test_a_cancel_that_comes_while_the_wait_is_committed_ends_the_run_and_its_ta
         return original(claim, *args, **kwargs)
 
     monkeypatch.setattr(waits, "suspend", cancel_first)
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
     wait_until(lambda: run_row(run_id).status == "cancelled", what="the run to be cancelled")
     assert event_payloads(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "cancelled",
                                               "by": "be_user:1"}
     wait_until(lambda: cancel_row().outcome == "accepted", what="the CancelTask to be answered")
-    time.sleep(1)
+    wait_for_ticks(worker)
     assert peer.calls["CancelTask"] == 1

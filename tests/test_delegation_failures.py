@@ -23,6 +23,7 @@ from tests.support.api import ACTOR
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
 from tests.support.runs import event_payloads, run_row, tool_results
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
 pytestmark = ON_A2A_DATABASES
 
@@ -83,7 +84,7 @@ def test_a_lost_answer_leaves_one_task_an_unknown_outcome_and_is_never_resent(
     assert rows[0]["id"] == waiting["outbound_id"]
 
     # Many poll intervals (0.2 s) and coordinator ticks (0.05 s) later: nothing was sent again.
-    time.sleep(3)
+    wait_for_ticks(worker, 60)
     assert peer.calls[send] == 1 and proxy.forwarded[send] == 1
     assert peer.task_count == 1
     assert Outbound.select().count() == 1

@@ -17,6 +17,7 @@ from sidecar.store.models import DependencyWait, Outbound, RemoteAgent
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
 from tests.support.runs import event_payloads, run_row, tool_results
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
 pytestmark = ON_A2A_DATABASES
 
@@ -175,7 +176,7 @@ def test_cancel_task_attempts_back_off_and_are_given_up_after_the_last(settings,
     register("research", proxy.url, poll=0.2, deadline=1.0)
     given_up_before = metrics.CANCELS_GIVEN_UP._value.get()
     run_id = delegating_run("research", "work:30:too late")
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
 
     assert ended(run_id).output.startswith("Remote said: timeout: ")
     wait_until(lambda: Outbound.get(Outbound.kind == "cancel").outcome != "pending", timeout=60,
@@ -188,6 +189,6 @@ def test_cancel_task_attempts_back_off_and_are_given_up_after_the_last(settings,
     assert len(seen) == 5
     # Four delays of 0.3, 0.6, 1.0 and 1.0 s between the claims (2.9 s): at a fixed 0.3 s it would be 1.2 s.
     assert seen[-1] - seen[0] >= 2.0, [round(b - a, 2) for a, b in itertools.pairwise(seen)]
-    time.sleep(1)  # many ticks later: nothing sent again
+    wait_for_ticks(worker)  # many ticks later: nothing sent again
     assert peer.calls["CancelTask"] == 5
     assert waits.current(run_id) is None

@@ -17,9 +17,14 @@ from tests.support.workers import start_worker_process, stop_process
 pytestmark = ON_A2A_DATABASES
 
 
+# Seconds a pushed run may take to complete: half the 60 s poll it would wait for without the push, so a
+# busy machine never fails the test and a push that did nothing always does.
+PUSH_BOUND = 30.0
+
+
 def completion_latency(webhook, run_id: str) -> float:
     """Seconds from the last accepted push before the run completed to the run's completion."""
-    wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to complete")
+    wait_until(lambda: run_row(run_id).status == "completed", timeout=PUSH_BOUND + 10, what="the run to complete")
     finished = run_row(run_id).finished_at
     pushed = webhook.last_push_before(finished)
     assert pushed is not None, "the run completed before any accepted push"
@@ -69,13 +74,15 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     assert DependencyWait.get_by_id(wait.id).next_poll_at > before[0]
 
 
-def test_a_push_resumes_a_run_polled_every_60s_in_under_a_second(settings, peers, webhook, start_worker):
+def test_a_push_resumes_a_run_polled_every_60s_long_before_its_next_poll(settings, peers, webhook, start_worker):
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:3:pushed answer")
     start_worker(settings=webhook.settings, concurrency=1, tick=0.25)
     latency = completion_latency(webhook, run_id)
-    assert latency < 1.0, f"push to completion took {latency:.3f}s"
+    # Without the push the answer would wait for the poll 60 s after the first; how soon a push is served
+    # (well under a second) is bench/bench_push.py's to measure, on a machine nobody else is using.
+    assert latency < PUSH_BOUND, f"push to completion took {latency:.3f}s"
     assert run_row(run_id).output == "Remote said: pushed answer"
     # The first poll (a second after the suspension) and the pushed ones: nothing like a 60 s schedule.
     assert peer.calls["GetTask"] <= 4 and peer.task_count == 1
@@ -96,17 +103,19 @@ def test_every_push_of_a_delegation_is_accepted_even_before_the_suspension(setti
 
 def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, peers, webhook, tmp_path):
     """The webhook answers in this process; the coordinator polls in a worker process. On PostgreSQL it
-    sleeps until the next due time (60 s away, at most 10 s) and only NOTIFY can wake it this soon."""
+    sleeps until the next due time (60 s away; its 10 s longest sleep made an hour here), so only NOTIFY can
+    wake it sooner; on SQLite its ticks find the wait the push made due."""
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:4:answer from afar")
     env = {"NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": webhook.url}
-    worker = start_worker_process(database_url, lease=5.0, env=env, log_path=tmp_path / "worker.log")
+    worker = start_worker_process(database_url, "--executor", "tests.support.engine:AgentLoopWokenOnlyByNotifications",
+                                  env=env, log_path=tmp_path / "worker.log")
     try:
         latency = completion_latency(webhook, run_id)
-        # Without the wake-up the coordinator would look again only after 10 s (its longest sleep) or at the
-        # 60 s poll; the push's own latency is bench/bench_push.py's to measure, not this test's.
-        assert latency < 5.0, f"push to completion across processes took {latency:.3f}s"
+        # Without the wake-up the coordinator would look again only at the 60 s poll; the push's own latency
+        # is bench/bench_push.py's to measure.
+        assert latency < PUSH_BOUND, f"push to completion across processes took {latency:.3f}s"
         assert run_row(run_id).output == "Remote said: answer from afar"
     finally:
         stop_process(worker)

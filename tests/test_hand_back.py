@@ -141,12 +141,13 @@ class _Stubborn:
 
 def test_a_stopping_worker_keeps_its_lease_through_the_grace_then_hands_back_without_waiting(database_url):
     executor = _Stubborn()
-    worker = Worker(executor, LeasePolicy(1.0), concurrency=1, poll_interval=0.05)
+    # A short lease, as this is about keeping it: 2 s, so a busy machine still renews it in time.
+    worker = Worker(executor, LeasePolicy(2.0), concurrency=1, poll_interval=0.05)
     run_id = runs.create_run("owner", "x")
     worker.start()
     try:
         assert executor.working.wait(30)
-        stopping = threading.Thread(target=worker.stop, args=(3.0,))  # three leases
+        stopping = threading.Thread(target=worker.stop, args=(6.0,))  # three leases
         stopping.start()
         reaped = []
         while stopping.is_alive():  # another worker's reaper, far more eager than any

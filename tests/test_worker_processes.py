@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.store import events, runs
 from sidecar.store.models import Run, RunEvent
+from tests.support import SHORT_LEASE
 from tests.support.private_servers import free_port
 from tests.support.runs import event_kinds, run_row, steps_input
 from tests.support.waiting import wait_until
@@ -67,14 +68,14 @@ def test_three_worker_processes_drain_five_hundred_runs_each_exactly_once(databa
 
 def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_the_run(database_url, tmp_path):
     log_a = tmp_path / "a.log"
-    a = start_worker_process(database_url, *STEPS, lease=1.0, log_path=log_a)
+    a = start_worker_process(database_url, *STEPS, lease=SHORT_LEASE, log_path=log_a)
     b = None
     try:
         run_id = runs.create_run("owner", steps_input({"sleep": 2.0}, {"event": "after sleep"}, output="done"))
         wait_until(lambda: _held_by_a_worker(run_id), what="worker A to claim the run")
         holder_a = run_row(run_id).lease_holder
         os.kill(a.pid, signal.SIGSTOP)
-        b = start_worker_process(database_url, *STEPS, lease=1.0, log_path=tmp_path / "b.log")
+        b = start_worker_process(database_url, *STEPS, lease=SHORT_LEASE, log_path=tmp_path / "b.log")
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="worker B to complete the run")
         done = run_row(run_id)
         assert done.lease_holder is None and done.requeue_count == 1
@@ -99,12 +100,12 @@ def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_t
 
 
 def test_a_killed_worker_s_run_is_requeued_and_completes_once(database_url, tmp_path):
-    a = start_worker_process(database_url, *STEPS, lease=1.0)
+    a = start_worker_process(database_url, *STEPS, lease=SHORT_LEASE)
     run_id = runs.create_run("owner", steps_input({"sleep": 1.5}, {"event": "work"}, output="done"))
     wait_until(lambda: _held_by_a_worker(run_id), what="worker A to claim the run")
     a.kill()
     a.wait()
-    b = start_worker_process(database_url, *STEPS, lease=1.0)
+    b = start_worker_process(database_url, *STEPS, lease=SHORT_LEASE)
     try:
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the run to complete elsewhere")
     finally:
@@ -120,9 +121,10 @@ def test_a_killed_worker_s_run_is_requeued_and_completes_once(database_url, tmp_
 
 def test_the_heartbeat_keeps_a_step_longer_than_the_lease_alive(database_url, tmp_path):
     # Two workers, so a reaper that wrongly took the run would find another taker.
-    workers = [start_worker_process(database_url, *STEPS, lease=1.0) for _ in range(2)]
+    # A step more than twice the lease.
+    workers = [start_worker_process(database_url, *STEPS, lease=SHORT_LEASE) for _ in range(2)]
     try:
-        run_id = runs.create_run("owner", steps_input({"sleep": 3.5}, output="long"))
+        run_id = runs.create_run("owner", steps_input({"sleep": 2.5 * SHORT_LEASE}, output="long"))
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the long step to complete")
     finally:
         for w in workers:
@@ -133,7 +135,7 @@ def test_the_heartbeat_keeps_a_step_longer_than_the_lease_alive(database_url, tm
 
 
 def test_sigterm_drains_a_segment_in_flight(database_url, tmp_path):
-    w = start_worker_process(database_url, *STEPS, lease=1.0, log_path=tmp_path / "w.log")
+    w = start_worker_process(database_url, *STEPS, log_path=tmp_path / "w.log")
     run_id = runs.create_run("owner", steps_input({"sleep": 1.5}, output="drained"))
     wait_until(lambda: _held_by_a_worker(run_id), what="the worker to claim the run")
     w.send_signal(signal.SIGTERM)
@@ -143,17 +145,17 @@ def test_sigterm_drains_a_segment_in_flight(database_url, tmp_path):
 
 
 def test_sigterm_releases_what_does_not_finish_within_the_grace(database_url, tmp_path):
-    w = start_worker_process(database_url, *STEPS, "--grace", "0.5", lease=5.0, log_path=tmp_path / "w.log")
+    w = start_worker_process(database_url, *STEPS, "--grace", "0.5", log_path=tmp_path / "w.log")
     run_id = runs.create_run("owner", steps_input({"sleep": 30}, output="never here"))
     wait_until(lambda: _held_by_a_worker(run_id), what="the worker to claim the run")
     started = time.monotonic()
     w.send_signal(signal.SIGTERM)
     assert exit_code(w, tmp_path / "w.log") == 0
-    assert time.monotonic() - started < 10, "the worker waited for the step instead of releasing it"
+    assert time.monotonic() - started < 20, "the worker waited for the 30 s step instead of releasing it"
     row = run_row(run_id)
     assert (row.status, row.lease_holder, row.requeue_count) == ("queued", None, 0)
     assert event_kinds(run_id)[-1] == "requeued"
-    taker = start_worker_process(database_url, "--executor", "sidecar.testing:StepExecutor", lease=5.0)
+    taker = start_worker_process(database_url, "--executor", "sidecar.testing:StepExecutor")
     try:
         Run.update(input=steps_input(output="taken over")).where(Run.id == run_id).execute()
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="another worker to take it over")

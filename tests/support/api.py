@@ -6,6 +6,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from flask import request
@@ -48,22 +49,34 @@ def sealing_key():
     return TEST_SECRET_KEY
 
 
+def settings_for(database_url: str, instance_path: Path, **overrides) -> Settings:
+    """The tests' settings on a database the store is bound to already: generous leases, remote agents
+    allowed on 127.0.0.1 (where the tests' peers live), the tests' sealing key."""
+    values = {"lease_seconds": GENEROUS_LEASE, "remote_allow": ("127.0.0.1",), "secret_keys": (TEST_SECRET_KEY,),
+              **overrides}
+    return Settings(instance_path=instance_path, database_url=database_url, **values)
+
+
+def app_for(settings: Settings):
+    """The API app on a database the store is bound to already."""
+    app = create_app(settings, bind_database=False)
+    app.config["PROPAGATE_EXCEPTIONS"] = False  # a bug answers 500 as in production, and the test sees it
+    return app
+
+
 @pytest.fixture
 def settings(database_url, tmp_path, sealing_key):
     """The sidecar's settings on the test's database, started as a process starts them (keys, plugins,
-    listeners). Remote agents may live on 127.0.0.1, where the tests' peers do. A test module that needs
-    other settings overrides this fixture with `dataclasses.replace(settings, ...)`."""
-    settings = Settings(instance_path=tmp_path, database_url=database_url, lease_seconds=GENEROUS_LEASE,
-                        remote_allow=("127.0.0.1",), secret_keys=(sealing_key,))
+    listeners). A test module that needs other settings overrides this fixture with
+    `dataclasses.replace(settings, ...)`."""
+    settings = settings_for(database_url, tmp_path, secret_keys=(sealing_key,))
     bootstrap.start(settings, bind_database=False)  # database_url already bound the store
     return settings
 
 
 @pytest.fixture
 def app(settings):
-    app = create_app(settings, bind_database=False)  # database_url already bound the store
-    app.config["PROPAGATE_EXCEPTIONS"] = False  # a bug answers 500 as in production, and the test sees it
-    return app
+    return app_for(settings)
 
 
 @pytest.fixture

@@ -164,3 +164,14 @@ class TickingAgentLoop(AgentLoop):
     def __init__(self):
         super().__init__(registry(TickingTool(CallLog(os.environ["NRLLM_TEST_CALL_LOG"])),
                                   settings=Settings.from_env()))
+
+
+class AgentLoopWokenOnlyByNotifications(AgentLoop):
+    """The agent loop of a worker process whose coordinator, where it listens for notifications (PostgreSQL),
+    sleeps an hour between looks instead of its 10 s: only a NOTIFY wakes it before a wait's poll is due."""
+
+    def __init__(self):
+        from sidecar.delegation import coordinator
+
+        coordinator.IDLE_SECONDS = 3600.0
+        super().__init__()

@@ -1,15 +1,17 @@
 """The one way to start a worker process and the one way to run a worker in this process.
 
-`start_worker_process` starts `nrllm-sidecar worker` against a database; `start_worker` (a fixture) starts
-a `Worker` in this process, with the agent loop and a delegation coordinator as the command has them, and
-stops it at the end of the test. Both hold leases of GENEROUS_LEASE seconds unless the test says otherwise:
-only a test about a lease running out passes a short one.
+`start_worker_process` starts `nrllm-sidecar worker` against a database; `worker_in_thread` starts a
+`Worker` in this process, with the agent loop and a delegation coordinator as the command has them, and the
+`start_worker` fixture does so and stops it at the end of the test. Both hold leases of GENEROUS_LEASE
+seconds unless the test says otherwise: only a test about a lease running out passes a short one.
 """
 
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -37,29 +39,79 @@ def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_
     )
 
 
+def worker_in_thread(settings: Settings, executor=None, *, concurrency: int = 2, coordinators: int = 1,
+                     tick: float = 0.05, lease: float | None = None) -> Worker:
+    """A started worker in this process: `executor` (by default the agent loop of the settings), and
+    `coordinators` delegation coordinators ticking every `tick` seconds beside it, as `nrllm-sidecar worker`
+    has one; its lease is the settings' unless `lease` says otherwise. The caller stops it."""
+    companions = tuple(_counting_ticks(Coordinator(settings, tick_seconds=tick)) for _ in range(coordinators))
+    worker = Worker(executor or AgentLoop(build_registry(settings)), LeasePolicy(lease or settings.lease_seconds),
+                    concurrency=concurrency, poll_interval=0.05, companions=companions)
+    worker.start()
+    return worker
+
+
 @pytest.fixture
 def start_worker(settings):
-    """Start a worker in this process; every one started is stopped at the end of the test.
+    """Start workers in this process (`worker_in_thread`, with the test's settings unless given others);
+    every one started is stopped at the end of the test.
 
     start_worker()                           the agent loop and one coordinator, as `nrllm-sidecar worker`
     start_worker(executor=StepExecutor())   another executor (sidecar/testing.py)
     start_worker(settings=webhook.settings) settings of its own (a public URL, so its sends register pushes)
-    concurrency, coordinators, tick        segments at once, coordinators beside it, their tick in seconds
     """
     started = []
 
-    def start(executor=None, *, settings: Settings = settings, concurrency: int = 2,
-              coordinators: int = 1, tick: float = 0.05) -> Worker:
-        worker = Worker(executor or AgentLoop(build_registry(settings)), LeasePolicy(settings.lease_seconds),
-                        concurrency=concurrency, poll_interval=0.05,
-                        companions=tuple(Coordinator(settings, tick_seconds=tick) for _ in range(coordinators)))
-        worker.start()
+    def start(executor=None, *, settings: Settings = settings, **options) -> Worker:
+        worker = worker_in_thread(settings, executor, **options)
         started.append(worker)
         return worker
 
     yield start
     for worker in started:
         worker.stop(grace=10)
+
+
+class _TickCount:
+    def __init__(self):
+        self.done = 0
+        self.changed = threading.Condition()
+
+    def add(self) -> None:
+        with self.changed:
+            self.done += 1
+            self.changed.notify_all()
+
+
+def _counting_ticks(coordinator: Coordinator) -> Coordinator:
+    """The coordinator, counting the ticks it finished (for `wait_for_ticks`)."""
+    count, tick = _TickCount(), coordinator.tick
+
+    def counted_tick(*args, **kwargs):
+        try:
+            return tick(*args, **kwargs)
+        finally:
+            count.add()
+
+    coordinator.tick = counted_tick
+    coordinator.tick_count = count
+    return coordinator
+
+
+def wait_for_ticks(worker: Worker, ticks: int = 5, timeout: float = 120.0) -> None:
+    """Until every coordinator of an in-process worker finished `ticks` more ticks (each looks at every due
+    wait and sends what is to be sent): what a test waits for to say "nothing more happened", rather than
+    a time that a busy machine may fill with fewer ticks. Each coordinator is woken once per tick period,
+    as where it listens for notifications (PostgreSQL) it would otherwise sleep until something is due."""
+    deadline = time.monotonic() + timeout
+    for coordinator in (c for c in worker.companions if hasattr(c, "tick_count")):
+        count = coordinator.tick_count
+        with count.changed:
+            wanted = count.done + ticks
+            while count.done < wanted:
+                assert time.monotonic() < deadline, f"the coordinator finished fewer than {ticks} ticks in {timeout}s"
+                coordinator.wake()
+                count.changed.wait(coordinator.tick_seconds)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
