@@ -117,13 +117,13 @@ def _run_all(actions) -> list:
     return results
 
 
-def test_racing_resends_send_once(settings, peers, start_worker, webhook, client, operator_headers):
+def test_racing_resends_send_once(settings, peers, start_worker, app, operator_headers):
     # ListTasks answers are lost too: reconciliation before each resend finds nothing.
     peer, proxy, run_id, row = lost_send(peers, start_worker, card="1.0", drop=("SendMessage", "ListTasks"))
     proxy.drop.discard("SendMessage")
 
-    def resend():
-        return client.post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
+    def resend():  # a client of each racing thread's own
+        return app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
 
     statuses = _run_all([resend] * 6)
     assert sorted(statuses) == [201] + [409] * 5
@@ -132,14 +132,13 @@ def test_racing_resends_send_once(settings, peers, start_worker, webhook, client
     assert Outbound.select().where(Outbound.resend_of == row.id).count() == 1
 
 
-def test_a_resend_racing_a_reconciliation_never_both_win(settings, peers, start_worker, webhook, client,
-                                                         operator_headers):
+def test_a_resend_racing_a_reconciliation_never_both_win(settings, peers, start_worker, app, operator_headers):
     peer, proxy, run_id, row = lost_send(peers, start_worker, card="1.0", drop=("SendMessage", "ListTasks"))
     proxy.drop.discard("SendMessage")
     (lost_task,) = peer.tasks_in(row.context_id)
 
-    def resend():
-        return client.post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
+    def resend():  # a client of each racing thread's own
+        return app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
 
     wait_id = waits.current(run_id).id
 
