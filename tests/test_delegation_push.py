@@ -4,7 +4,6 @@ process, and across processes: LISTEN/NOTIFY on PostgreSQL, the due index on SQL
 delegation whose outcome is unknown triggers reconciliation."""
 
 import json
-import time
 
 from sidecar.delegation.a2a import push_target_of
 from sidecar.store import waits
@@ -12,7 +11,7 @@ from sidecar.store.models import DependencyWait, Outbound, RunEvent
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
 from tests.support.runs import run_row, tool_results
 from tests.support.waiting import wait_until
-from tests.support.workers import start_worker_process, stop_process
+from tests.support.workers import start_worker_process, stop_process, wait_for_ticks
 
 pytestmark = ON_A2A_DATABASES
 
@@ -35,7 +34,7 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:30:slow answer")
-    start_worker(settings=webhook.settings, concurrency=1)
+    worker = start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (row,) = Outbound.select()
     assert push_target_of(row.request_body).url == webhook.url + "/api/v1/push"
@@ -45,7 +44,10 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     # The token is the sidecar's secret: only its digest is kept, in the wait and in the journal.
     assert token not in json.dumps([wait.checkpoint, wait.push_token_sha256, row.request_body])
     wait_until(lambda: peer.calls["GetTask"] >= 1, what="the first poll")
-    time.sleep(0.5)  # pushes the peer made when the task started have arrived by now
+    # The pushes the peer made when the task started were answered, and the polls they brought forward made
+    # (a tick polls what is due before it ends).
+    wait_until(peer.pushes_settled, what="the peer's pushes to be answered")
+    wait_for_ticks(worker, 2)
     polls = peer.calls["GetTask"]
     before = (DependencyWait.get_by_id(wait.id).next_poll_at, RunEvent.select().count(), run_row(run_id).status)
     notification = {"statusUpdate": {"taskId": row.remote_task_id, "contextId": row.context_id,
@@ -69,7 +71,7 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     answer = client.post("/api/v1/push", json=notification, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 204 and answer.data == b""
     wait_until(lambda: peer.calls["GetTask"] == polls + 1, what="the pushed poll")
-    time.sleep(0.3)
+    wait_for_ticks(worker)
     assert run_row(run_id).status == "waiting_for_dependency" and tool_results(run_id) == []
     assert DependencyWait.get_by_id(wait.id).next_poll_at > before[0]
 
