@@ -84,7 +84,7 @@ def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_t
 
         os.kill(a.pid, signal.SIGCONT)
         wait_until(lambda: "lease_lost" in log_a.read_text(), timeout=15, what="worker A to report lease_lost")
-        time.sleep(0.5)
+        stop_process(a)  # whatever A would still write, it has written
         after = run_row(run_id)
         assert (after.status, after.output, after.updated_at) == ("completed", "done", done.updated_at)
         assert [(e.sequence, e.kind, e.payload) for e in RunEvent.select().where(RunEvent.run == run_id)] \
