@@ -40,13 +40,14 @@ def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_
 
 
 def worker_in_thread(settings: Settings, executor=None, *, concurrency: int = 2, coordinators: int = 1,
-                     tick: float = 0.05, lease: float | None = None) -> Worker:
+                     tick: float = 0.05, lease: float | None = None, companions: tuple = ()) -> Worker:
     """A started worker in this process: `executor` (by default the agent loop of the settings), and
     `coordinators` delegation coordinators ticking every `tick` seconds beside it, as `nrllm-sidecar worker`
-    has one; its lease is the settings' unless `lease` says otherwise. The caller stops it."""
-    companions = tuple(_counting_ticks(Coordinator(settings, tick_seconds=tick)) for _ in range(coordinators))
+    has one, and other `companions`; its lease is the settings' unless `lease` says otherwise. The caller
+    stops it."""
+    coordinating = tuple(_counting_ticks(Coordinator(settings, tick_seconds=tick)) for _ in range(coordinators))
     worker = Worker(executor or AgentLoop(build_registry(settings)), LeasePolicy(lease or settings.lease_seconds),
-                    concurrency=concurrency, poll_interval=0.05, companions=companions)
+                    concurrency=concurrency, poll_interval=0.05, companions=coordinating + tuple(companions))
     worker.start()
     return worker
 
