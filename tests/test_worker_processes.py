@@ -93,7 +93,8 @@ def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_t
         (lost,) = RunEvent.select().where(RunEvent.run == run_id, RunEvent.kind == "lease_lost")
         assert holder_a in lost.payload
     finally:
-        os.kill(a.pid, signal.SIGCONT)
+        if a.poll() is None:
+            os.kill(a.pid, signal.SIGCONT)
         stop_process(a)
         if b:
             stop_process(b)
