@@ -22,7 +22,7 @@ from pathlib import Path
 from harness import arguments, check, close_connections, conclude, measuring, verdict
 from scratch_databases import scratch_database
 
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.domain.sealing import generate_key
 from sidecar.store import console_queries, migrations, tokens

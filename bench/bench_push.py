@@ -22,8 +22,6 @@ Exits 1 when a floor is missed or a check fails (every run resumed with the remo
 import http.client
 import json
 import os
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench_waiting import AGENT, ROOT, close, settings_for, start_peer
-from harness import CheckFailed, arguments, check, conclude, measuring, verdict
+from harness import CheckFailed, arguments, check, conclude, free_port, measuring, percentile, verdict
 from scratch_databases import scratch_database
 
 from sidecar import bootstrap
@@ -50,12 +48,6 @@ P99_FLOORS_MS = {"postgresql": 250, "sqlite": 500}  # issue 6
 FULL_RUNS, QUICK_RUNS = 200, 5
 SPREAD_SECONDS = 0.05  # between two runs' completions on the peer
 SCRIPT_ANSWER = "pushed answer"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def sidecar(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
@@ -165,10 +157,6 @@ def script(index: int) -> list[dict]:
     return [{"tool_calls": [{"id": "call_1", "name": "delegate_to_agent",
                              "arguments": {"agent": AGENT, "message": f"work:{seconds:.2f}:{SCRIPT_ANSWER}"}}]},
             {"content": "Remote said: {last_tool_result}"}]
-
-
-def percentile(values: list[float], share: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
 
 
 def main() -> int:

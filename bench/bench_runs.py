@@ -21,20 +21,27 @@ Exits 1 when a floor is missed or a check fails (every run completed with the ec
 import http.client
 import itertools
 import json
-import math
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench_store import commit_rate, empty_tables
-from harness import arguments, check, close_connections, conclude, measuring, verdict
+from harness import (
+    address,
+    arguments,
+    check,
+    close_connections,
+    conclude,
+    cpu_seconds,
+    measuring,
+    percentile,
+    sidecar_processes,
+    verdict,
+)
 from scratch_databases import scratch_database
 
 from sidecar import bootstrap
@@ -122,55 +129,10 @@ def worker(threads: int) -> tuple[str, list[str], str]:
     return f"worker-{threads}", args, "started with"
 
 
-@contextmanager
-def sidecar_processes(env: dict, logs: Path, *specs: tuple[str, list[str], str]):
-    """`nrllm-sidecar <args>` for each (name, args, ready) in its own process, all started at once; yields
-    [(process, its first log line containing `ready`)] when every one has logged it. Stops them all (SIGTERM)."""
-    procs = []
-    try:
-        for name, args, _ in specs:
-            with open(logs / f"{name}.log", "w") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "sidecar.cli", *args], cwd=ROOT, env=env,
-                                              stdout=subprocess.DEVNULL, stderr=log))
-        yield [(proc, ready_line(proc, logs / f"{name}.log", ready))
-               for proc, (name, _, ready) in zip(procs, specs, strict=True)]
-    finally:
-        for proc in procs:
-            proc.terminate()  # a graceful stop, as in production
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def ready_line(proc: subprocess.Popen, log: Path, ready: str) -> str:
-    deadline = time.monotonic() + 30
-    while not (line := next((s for s in log.read_text().splitlines() if ready in s), None)):
-        check(proc.poll() is None and time.monotonic() < deadline, f"{log.stem} started: {log.read_text()[-2000:]}")
-        time.sleep(0.02)
-    return line
-
-
-def address(line: str) -> tuple[str, int]:
-    host, _, port = line.rpartition("http://")[2].partition(":")
-    return host, int(port)
-
-
-def cpu_seconds(proc: subprocess.Popen) -> float:
-    """CPU time (user and system) the process has used so far; NaN where /proc does not tell (not Linux)."""
-    try:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return math.nan
-
-
 def end_to_end(processes: list, count: int, token: str) -> tuple[float, ...]:
     """(posts/s, runs/s, API and worker CPU ms per run) for `count` runs created over HTTP (the API is the first
     of `processes`, the worker the second) and executed by the worker."""
-    cpu_before = [cpu_seconds(proc) for proc, _ in processes]
+    cpu_before = [cpu_seconds(proc.pid) for proc, _ in processes]
     clients = [Client(address(processes[0][1]), token) for _ in range(POSTERS)]
     numbers = itertools.count()
     answers: list[int] = []
@@ -196,7 +158,8 @@ def end_to_end(processes: list, count: int, token: str) -> tuple[float, ...]:
     while (done := Run.select().where(Run.finished_at.is_null(False)).count()) < count:
         check(time.monotonic() < deadline, f"the worker finished {count} runs in time (finished {done})")
         time.sleep(0.05)
-    cpu = [(cpu_seconds(proc) - before) * 1000 / count for (proc, _), before in zip(processes, cpu_before, strict=True)]
+    cpu = [(cpu_seconds(proc.pid) - before) * 1000 / count
+           for (proc, _), before in zip(processes, cpu_before, strict=True)]
     last_finished = Run.select(Run.finished_at).order_by(Run.finished_at.desc()).limit(1).scalar()
     by_status = runs.count_by_status()
     check(by_status == {RunStatus.COMPLETED.value: count}, f"all {count} runs completed (found {by_status})")
@@ -233,10 +196,6 @@ def paced_gets(base: tuple[str, int], token: str, seconds: float) -> list[float]
         thread.join()
     check(len(latencies) == total, f"{total} GETs answered")
     return latencies
-
-
-def percentile(values: list[float], share: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
 
 
 def measure(dialect: str, url: str, sizes: Sizes, quick: bool) -> tuple[list[Row], Latency]:

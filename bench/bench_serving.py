@@ -18,7 +18,6 @@ import http.client
 import json
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import threading
@@ -26,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import CheckFailed, arguments, check, close_connections, conclude, measuring, verdict
+from harness import CheckFailed, arguments, check, close_connections, conclude, measuring, percentile, verdict
 from scratch_databases import scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,10 +42,6 @@ ACTOR = "be_user:1"
 FLOORS = {"create": 50.0, "read": 20.0, "health": 50.0}  # p99 ms
 CPU_FLOOR_PERCENT = 5.0
 CLIENT_THREADS = 64
-
-
-def percentile(values: list[float], share: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
 
 
 def open_loop(port: int, rate: float, seconds: float, request) -> tuple[list[float], int, list]:

@@ -14,9 +14,11 @@ BENCHMARKS = [
     "bench_runs.py",
     "bench_waiting.py",
     "bench_push.py",
+    "bench_cycle.py",
     "bench_decisions.py",
     "bench_serving.py",
     "bench_console.py",
+    "bench_sqlite_lock.py",
 ]
 
 

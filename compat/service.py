@@ -25,7 +25,27 @@ def declarations() -> dict[str, Declaration]:
     return found
 
 
+# The last gate built, with what it was built from: the plugins loaded and the report's time. A segment asks
+# the gate at least twice (the offer of delegation tools, the guard of the suspension), and building it reads
+# the report's rows and every plugin's declarations; reading the report's time is one small indexed read.
+_built: tuple[tuple, Gate] | None = None
+
+
+def _plugins_loaded() -> tuple:
+    """What the declarations depend on: the plugin manager and the plugins registered with it now."""
+    pm = plugin_manager()
+    return id(pm), frozenset(map(id, pm.get_plugins()))
+
+
 def current_gate() -> Gate:
+    """The gate as of now. Built again only when the report changed (every change of the report moves its
+    time, in the transaction that changes its rows, so the time read in a transaction names the rows it sees)
+    or the plugins did; otherwise the gate built last."""
+    global _built
+    key = (_plugins_loaded(), consumer_store.reported_time())
+    built = _built
+    if built is not None and built[0] == key:
+        return built[1]
     reported_at, rows = consumer_store.load_report()
     report = None
     if reported_at is not None:
@@ -37,7 +57,10 @@ def current_gate() -> Gate:
         # them does not replace it.
         core = core_consumer_versions()
         report = [r for r in report if r.name not in core] + [ReportedConsumer(n, v) for n, v in core.items()]
-    return Gate(declarations(), report, reported_at)
+    gate = Gate(declarations(), report, reported_at)
+    # Rows read after the time are never older than it: at worst newer, and the next call builds again.
+    _built = (key, gate)
+    return gate
 
 
 def runs_in_unreadable_status(gate: Gate) -> int:

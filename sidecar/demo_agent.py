@@ -99,6 +99,8 @@ def _card(base_url: str) -> dict:
 
 def _handler(tasks: _Tasks, base_url: str):
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # every answer has its length: the sidecar keeps its polls' connection
+
         def log_message(self, format, *args):  # noqa: A002 - the base class's name
             log.debug("demo agent: " + format, *args)
 
@@ -119,6 +121,7 @@ def _handler(tasks: _Tasks, base_url: str):
         def do_POST(self):  # noqa: N802 - http.server's name
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_REQUEST_BYTES:
+                self.close_connection = True  # the unread body must not be taken for the next request
                 self._answer(413, {"error": "request too large"})
                 return
             try:

@@ -7,6 +7,7 @@ with the process's context (sidecar/plugin_api.py), set up at start-up by config
 
 import importlib
 import logging
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 import pluggy
@@ -22,6 +23,7 @@ ENTRY_POINT_GROUP = "nrllm_sidecar"
 # Modules of the core that implement hooks, registered before any entry point.
 DEFAULT_PLUGINS = (
     "sidecar.engine.builtin",
+    "sidecar.delegation.tool",
     "sidecar.consumers",
     "sidecar.permissions",
 )
@@ -73,6 +75,36 @@ def notify_each(hook, **kwargs) -> None:
             log.exception("plugin %r failed in %s", impl.plugin_name, hook.name)
 
 
+@dataclass(frozen=True)
+class Collected:
+    """The tools and the model providers of every plugin (the core's first), by name."""
+
+    tools: dict
+    providers: dict
+
+
+def collect_tools_and_providers(settings: Settings, pm: pluggy.PluginManager) -> Collected:
+    """What the tools and providers hooks return; the engine's registry (engine/registry.py) is built on it."""
+    return Collected(tools=_collect(pm.hook.nrllm_tools, settings, "tool"),
+                     providers=_collect(pm.hook.nrllm_model_providers, settings, "model provider"))
+
+
+def _collect(hook, settings: Settings, what: str) -> dict:
+    """name -> item from every implementation of `hook`; two plugins claiming one name stop start-up."""
+    found: dict = {}
+    owner: dict[str, str] = {}
+    collecting = PluginContext(settings)  # without tools and providers: these hooks return them
+    for plugin_name, items in results_by_plugin(hook, settings=settings, context=collecting):
+        for item in items or []:
+            if item.name in found:
+                raise PluginLoadError(
+                    f"{what} {item.name!r} is registered by both {owner[item.name]!r} and {plugin_name!r}"
+                )
+            found[item.name] = item
+            owner[item.name] = plugin_name
+    return found
+
+
 _pm: pluggy.PluginManager | None = None
 
 
@@ -100,12 +132,7 @@ def configure(settings: Settings) -> PluginContext:
     global _context
     pm = plugin_manager()
 
-    def load_registry():
-        from .engine.registry import build_registry
-
-        return build_registry(settings, pm)
-
-    _context = PluginContext(settings, load_registry)
+    _context = PluginContext(settings, lambda: collect_tools_and_providers(settings, pm))
     return _context
 
 

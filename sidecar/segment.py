@@ -6,14 +6,20 @@ only through the Segment: every write is fenced, so an executor that lost its le
 """
 
 import json
+import logging
 import threading
 from typing import Protocol
 
-from .domain.errors import LeaseLost
+from . import logs, metrics
+from .domain.errors import ControlSignal, LeaseLost
 from .domain.vocabulary import RunStatus, SegmentOutcome, TerminationReason
-from .store import leases, runs, turns
+from .store import db, leases, runs, turns
 from .store.leases import Claim
 from .store.models import Run
+
+# A segment is executed by a worker's thread or a decide-now request; its records keep the worker's logger name,
+# the one operators filter on.
+log = logging.getLogger("nrllm_sidecar.worker")
 
 
 class Segment:
@@ -46,7 +52,7 @@ class Segment:
         return self.guarded(leases.append_event, kind, payload)
 
     def update(self, **values) -> None:
-        self.guarded(leases.update_run, **values)
+        self.guarded(leases.update_run_fenced, **values)
 
     def stamp_pending_effect(self, description: str) -> None:
         """Before a non-idempotent write: a run lost from here on is not retried."""
@@ -96,3 +102,31 @@ class SegmentExecutor(Protocol):
     def execute(self, segment: Segment) -> SegmentOutcome:
         """Run the claimed run until it ends or suspends; every write through `segment`."""
         ...
+
+
+def execute_segment(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
+    """Execute one claimed segment (a worker's thread, or a decide-now request's) and say how it ended."""
+    with logs.context(run_id=segment.run_id):
+        return _execute_logged(executor, segment)
+
+
+def _execute_logged(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
+    try:
+        return executor.execute(segment)
+    except LeaseLost:
+        metrics.LEASE_LOSSES.inc()
+        return SegmentOutcome.LEASE_LOST
+    except (Exception, ControlSignal) as exc:  # a signal its executor let through is a bug like any other
+        if db.is_unavailable(exc):
+            # Nothing can be written now: the lease lapses and the reaper hands the run on once the database
+            # is back. The worker's loop and heartbeat log the outage once; a segment's lost connection alone
+            # (one that slept through a restart) is no outage to log.
+            log.debug("segment of run %s lost its database connection: %s", segment.run_id, exc)
+            return SegmentOutcome.LEASE_LOST
+        # A bug in an executor must not leave the run running until the reaper retries the same bug.
+        log.exception("segment of run %s raised", segment.run_id)
+        try:
+            segment.event("error", {"message": "the segment raised an unexpected error"})
+            return segment.fail(TerminationReason.NOT_RETRYABLE)
+        except LeaseLost:
+            return SegmentOutcome.LEASE_LOST

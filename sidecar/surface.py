@@ -168,7 +168,7 @@ def generate() -> dict:
         migrations.upgrade()
         pm = own_plugin_manager()
         plugin_module.use_plugin_manager(pm)  # what create_app and bootstrap take as "the" manager
-        from .api import create_app
+        from .app import create_app
 
         app = create_app(settings, bind_database=False)
         spec = app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()

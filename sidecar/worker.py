@@ -15,10 +15,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from . import logs, metrics, wakeup
-from .domain.errors import ControlSignal, LeaseLost
+from .domain.errors import LeaseLost
 from .domain.lease import ClaimBatch, LeasePolicy
-from .domain.vocabulary import SegmentOutcome, TerminationReason
-from .segment import Segment, SegmentExecutor
+from .domain.vocabulary import SegmentOutcome
+from .segment import Segment, SegmentExecutor, execute_segment
 from .store import db, leases, runs, workers
 
 log = logging.getLogger("nrllm_sidecar.worker")
@@ -219,31 +219,3 @@ class Worker:
 
     def _outcome_of(self, segment: Segment) -> SegmentOutcome:
         return execute_segment(self.executor, segment)
-
-
-def execute_segment(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
-    """Execute one claimed segment (a worker's thread, or a decide-now request's) and say how it ended."""
-    with logs.context(run_id=segment.run_id):
-        return _execute_logged(executor, segment)
-
-
-def _execute_logged(executor: SegmentExecutor, segment: Segment) -> SegmentOutcome:
-    try:
-        return executor.execute(segment)
-    except LeaseLost:
-        metrics.LEASE_LOSSES.inc()
-        return SegmentOutcome.LEASE_LOST
-    except (Exception, ControlSignal) as exc:  # a signal its executor let through is a bug like any other
-        if db.is_unavailable(exc):
-            # Nothing can be written now: the lease lapses and the reaper hands the run on once the database
-            # is back. The worker's loop and heartbeat log the outage once; a segment's lost connection alone
-            # (one that slept through a restart) is no outage to log.
-            log.debug("segment of run %s lost its database connection: %s", segment.run_id, exc)
-            return SegmentOutcome.LEASE_LOST
-        # A bug in an executor must not leave the run running until the reaper retries the same bug.
-        log.exception("segment of run %s raised", segment.run_id)
-        try:
-            segment.event("error", {"message": "the segment raised an unexpected error"})
-            return segment.fail(TerminationReason.NOT_RETRYABLE)
-        except LeaseLost:
-            return SegmentOutcome.LEASE_LOST

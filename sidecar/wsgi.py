@@ -5,6 +5,6 @@ upgrade` first). It serves the API only: run `nrllm-sidecar worker` beside it. d
 gunicorn command line with the sidecar's own worker class.
 """
 
-from .api import create_app
+from .app import create_app
 
 app = create_app()

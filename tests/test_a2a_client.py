@@ -2,7 +2,9 @@
 
 import json
 import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -387,3 +389,99 @@ def test_the_connected_address_is_checked_again():
             a2a._CALL.reset(token)
         time.sleep(0.1)
         assert server.received == b""
+
+
+# --- kept-alive connections ----------------------------------------------------------------------------
+
+
+class _CountingAgent(ThreadingHTTPServer):
+    """Answers every JSON-RPC call with a working task over HTTP/1.1 and counts the connections it accepted.
+    With `drop_second`, a connection's second request is read and the connection closed without an answer
+    (what a peer that closes an idle kept-alive connection looks like to the request sent on it)."""
+
+    daemon_threads = True
+
+    def __init__(self, drop_second: bool = False):
+        self.connections = 0
+        self.requests = 0
+        self.drop_second = drop_second
+        super().__init__(("127.0.0.1", 0), _CountingHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+
+
+class _CountingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.server.connections += 1
+        self.answered = 0
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests += 1
+        if self.server.drop_second and self.answered == 1:
+            self.close_connection = True
+            return
+        task = {"id": "task-1", "contextId": "ctx", "status": {"state": "TASK_STATE_WORKING"}}
+        result = {"task": task} if request["method"] == "SendMessage" else task
+        body = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.answered += 1
+
+    def log_message(self, *args):
+        pass
+
+
+def _client_of(agent: _CountingAgent) -> A2AClient:
+    return A2AClient(AgentEndpoint(rpc_url=agent.url, protocol_version="1.0"), allow=ALLOW)
+
+
+def test_reads_keep_their_connection_alive_and_sends_never_do():
+    with _CountingAgent() as agent:
+        client = _client_of(agent)
+        for _ in range(3):
+            assert client.get_task("task-1").state == "working"
+        assert agent.connections == 1  # one connection, kept alive between the polls
+        for number in range(2):
+            assert send(client, "hello", message_id=f"m-keep-{number}").outcome == "accepted"
+        assert agent.connections == 3  # a send on a connection of its own, every time
+
+
+def test_a_kept_alive_connection_the_peer_closed_costs_a_read_nothing_and_a_send_is_never_retried():
+    with _CountingAgent(drop_second=True) as agent:
+        client = _client_of(agent)
+        assert client.get_task("task-1").state == "working"
+        assert client.get_task("task-1").state == "working"  # the kept-alive one failed; a new one answered
+        assert (agent.connections, agent.requests) == (2, 3)
+    with _CountingAgent(drop_second=True) as agent:
+        client = _client_of(agent)
+        assert send(client, "hello", message_id="m-once").outcome == "accepted"
+        assert agent.requests == 1 and agent.connections == 1
+
+
+def test_every_new_kept_alive_connection_is_checked_by_the_guard():
+    with _CountingAgent() as agent:
+        refused = A2AClient(AgentEndpoint(rpc_url=agent.url, protocol_version="1.0"), allow=[])
+        with pytest.raises(RemoteError):
+            refused.get_task("task-1")
+        assert agent.requests == 0
+        assert _client_of(agent).get_task("task-1").state == "working"
+        with pytest.raises(RemoteError):
+            refused.get_task("task-1")  # the connection kept for the allowed client is not the refused one's
+        assert agent.requests == 1

@@ -29,7 +29,7 @@ def compat(client, token):
 def _suspend_into_dependency(origin=None):
     run_id = runs.create_run("be_user:7", "x", origin=origin)
     claim = next(c for c in leases.claim_queued("w", 10, LeasePolicy(30)) if c.run_id == run_id)
-    leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     return run_id
 
 
@@ -61,7 +61,7 @@ def test_nr_mcp_agent_0_15_1_blocks_delegation_and_the_store_refuses_the_status(
     run_id = runs.create_run("be_user:7", "x")
     (claim,) = leases.claim_queued("w", 1, LeasePolicy(30))
     with pytest.raises(StatusNotWritable, match="0.16.0"):
-        leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+        leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     assert run_row(run_id).status == "running"
 
 

@@ -21,6 +21,9 @@ STORE_ROW = re.compile(r"^(sqlite|postgresql)\s+([124])\s+(\d+)\s+(\d+)\s+(\d+)\
 FIGURES_ROW = r"^(sqlite|postgresql)((?:\s+[+-]?\d+(?:\.\d+)?){%d})\s"
 # bench_serving's rows: a database, a phase, its rate, requests and errors.
 SERVING_ROW = re.compile(r"^(sqlite|postgresql)\s+(create|read|health)\s+\d+\s+(\d+)\s+(\d+)\s", re.MULTILINE)
+# bench_cycle's rows: a database, an agent, runs in flight, runs, commits/s, cycles/s, p50, p99, then the CPU.
+CYCLE_ROW = re.compile(r"^(sqlite|postgresql)\s+(fast|sdk|sdk push)\s+\d+\s+(\d+)\s+\d+\s+(\d+\.\d)\s+\d+\s+\d+\s",
+                       re.MULTILINE)
 
 
 def _section(output: str, name: str) -> str:
@@ -55,7 +58,13 @@ def test_every_benchmark_runs_quick_and_prints_its_figures():
     for name, columns in (("bench_waiting.py", 9), ("bench_push.py", 4)):
         rows = dict(re.findall(FIGURES_ROW % columns, _section(result.stdout, name), re.MULTILINE))
         assert set(rows) == {"sqlite", "postgresql"}, output
+    cycle = CYCLE_ROW.findall(_section(result.stdout, "bench_cycle.py"))
+    assert {(d, agent) for d, agent, _, _ in cycle} == {
+        (d, agent) for d in ("sqlite", "postgresql") for agent in ("fast", "sdk", "sdk push")}, output
+    assert all(int(count) > 0 and float(rate) > 0 for _, _, count, rate in cycle), output
     serving = SERVING_ROW.findall(_section(result.stdout, "bench_serving.py"))
     assert {(d, phase) for d, phase, _, _ in serving} == {
         (d, phase) for d in ("sqlite", "postgresql") for phase in ("create", "read", "health")}, output
     assert all(int(requests) > 0 and int(errors) == 0 for _, _, requests, errors in serving), output
+    lock = re.findall(r"^(sqlite-handler|store) +(\d+) ", _section(result.stdout, "bench_sqlite_lock.py"), re.MULTILINE)
+    assert lock == [("sqlite-handler", "450"), ("store", "450")], output

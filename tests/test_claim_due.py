@@ -66,3 +66,24 @@ def test_the_next_poll_is_the_interval_capped_by_the_deadline(database_url):
     assert claimed[passed] == now + timedelta(seconds=30)  # past its deadline: paced by the interval
     stored = {w.id: w.next_poll_at for w in DependencyWait.select()}
     assert all(abs((stored[i] - claimed[i]).total_seconds()) < 0.001 for i in claimed)
+
+
+def test_a_coordinator_claims_only_what_is_due_and_wakes_when_the_next_wait_is_due(database_url, tmp_path):
+    import time
+
+    from sidecar.config import Settings
+    from sidecar.delegation.coordinator import MIN_PAUSE_SECONDS, TICK_SECONDS, Coordinator
+
+    coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url))
+    try:
+        assert not coordinator._anything_due()  # nothing waits: no claim at all
+        assert TICK_SECONDS - 0.1 < coordinator._sleep_seconds(time.monotonic()) <= TICK_SECONDS
+        seed(1, due_in=0.1)
+        assert not coordinator._anything_due()
+        # Due sooner than the next period: looked at when due, not up to a period later.
+        assert MIN_PAUSE_SECONDS <= coordinator._sleep_seconds(time.monotonic()) <= 0.1
+        seed(1, due_in=-1.0)
+        assert coordinator._anything_due()
+        assert coordinator._sleep_seconds(time.monotonic()) == MIN_PAUSE_SECONDS  # never a busy loop
+    finally:
+        coordinator.stop()

@@ -9,10 +9,9 @@ from sidecar.engine import AgentLoop
 from sidecar.engine.registry import build_registry
 from sidecar.hookspecs import hookimpl
 from sidecar.plugins import build_plugin_manager
-from sidecar.segment import Segment
+from sidecar.segment import Segment, execute_segment
 from sidecar.store import notes, runs
 from sidecar.store.models import ToolResult
-from sidecar.worker import execute_segment
 from tests.support.engine import FunctionTool, make_settings, request_cancel, requeue_as_the_reaper_would
 from tests.support.runs import run_row
 from tests.support.segments import claim_next

@@ -31,7 +31,11 @@ def _sqlite_path() -> str:
 
 def _raw_sqlite(timeout: float = RAW_TIMEOUT) -> sqlite3.Connection:
     """A connection of its own, outside the store (autocommit: each statement is its own transaction)."""
-    return sqlite3.connect(_sqlite_path(), timeout=timeout, isolation_level=None)
+    return _raw_sqlite_at(_sqlite_path(), timeout)
+
+
+def _raw_sqlite_at(path, timeout: float = RAW_TIMEOUT) -> sqlite3.Connection:
+    return sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
 
 
 def _in_thread(target, *args) -> tuple[threading.Thread, list]:
@@ -147,6 +151,29 @@ def test_a_store_writer_waits_for_the_lock_instead_of_failing(database_url):
     assert errors == []
     assert waited >= hold * 0.5  # it queued behind the first writer's transaction
     assert runs.get_run(run_id).bytes_used == 11
+    # The wait was the store's own (SidecarSqliteDatabase.begin): SQLite's busy timeout is back for the
+    # connection's other statements.
+    assert _pragmas()["busy_timeout"] == SQLITE_BUSY_TIMEOUT_SECONDS * 1000
+
+
+def test_a_writer_gives_up_after_the_busy_timeout_with_database_is_locked(tmp_path):
+    path = tmp_path / "locked.sqlite"
+    waiting = store_db.SidecarSqliteDatabase(str(path), busy_timeout=0.3)
+    waiting.execute_sql("CREATE TABLE t (v TEXT)")
+    holder = _raw_sqlite_at(path)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(store_db.OperationalError, match="database is locked"):
+            waiting.begin()
+        assert 0.25 <= time.monotonic() - started < 10
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert waiting.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 300
+    with waiting.atomic():  # free again: taken at once
+        waiting.execute_sql("INSERT INTO t VALUES ('after')")
+    waiting.close()
 
 
 # --- MariaDB: LONGTEXT and DATETIME(6) -----------------------------------------------------------------

@@ -85,6 +85,8 @@ def test_without_list_tasks_one_operator_resend_completes_the_run(
     assert by_cli.returncode == 1 and "outcome_unknown" in by_cli.stderr
     assert peer.task_count == 2 and peer.calls["message/send"] == 2
     assert client.post("/api/v1/outbound/not-a-uuid/resend", headers=operator_headers).status_code == 404
+    not_an_id = _cli(database_url, "outbound", "resend", "not-a-uuid")  # the same service refuses it
+    assert not_an_id.returncode == 1 and "no outbound row with that id" in not_an_id.stderr
 
 
 def test_a_resend_from_the_command_line(database_url, settings, peers, start_worker):
@@ -171,7 +173,7 @@ def test_a_resend_whose_sender_stopped_is_settled_and_can_be_resent(
     proxy.drop.clear()
     # An operator's resend that stopped (a crash) after journalling its row and moving the wait, before sending.
     message_id = message_id_for(row.run_id, row.tool_call_id, row.resend_count + 1)
-    stopped = resends.resend(row.id, message_id, resend_body(row.request_body, message_id)).row
+    stopped = resends.record_resend(row.id, message_id, resend_body(row.request_body, message_id)).row
     coordinator = Coordinator(settings)
     try:
         coordinator.poll(waits.current(run_id))

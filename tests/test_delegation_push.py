@@ -101,6 +101,9 @@ def test_every_push_of_a_delegation_is_accepted_even_before_the_suspension(setti
         wait_until(lambda r=run_id: run_row(r).status == "completed", timeout=30, what="the runs to complete")
     statuses = [status for _, status in list(webhook.pushes)]
     assert len(statuses) >= 3 and set(statuses) == {204}, statuses
+    # Each accepted push is counted once on its send, the early ones too (the console shows the count).
+    counts = [row.pushes_seen for row in Outbound.select().where(Outbound.kind == "send")]
+    assert sum(counts) == len(statuses) and all(count >= 1 for count in counts), (counts, statuses)
 
 
 def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, peers, webhook, tmp_path):

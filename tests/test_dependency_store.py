@@ -105,7 +105,7 @@ def test_resends_racing_a_reconciliation_leave_one_winner(database_url):
         old = outbound.get(wait.outbound_id)
 
         def resend(n, old_id=old.id):
-            return lambda: resends.resend(old_id, f"{old_id}-resend-{n}", '{"x": 2}')
+            return lambda: resends.record_resend(old_id, f"{old_id}-resend-{n}", '{"x": 2}')
 
         results = race(resend(1), resend(2), lambda old_id=old.id: outbound.record_found(old_id, "found-task"),
                        resend(3))

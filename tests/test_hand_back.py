@@ -47,7 +47,7 @@ def test_a_hand_back_queues_the_run_at_once_without_counting_a_requeue(database_
 
 def test_a_run_with_a_non_idempotent_write_in_flight_is_failed_not_handed_to_another_worker(database_url):
     claim = _claim()
-    leases.update_run(claim, pending_effect="write_note (tool call call_1)")
+    leases.update_run_fenced(claim, pending_effect="write_note (tool call call_1)")
     assert leases.hand_back(claim, 0) == "not_retryable"
     row = run_row(claim.run_id)
     assert (row.status, row.termination_reason, row.lease_holder) == ("failed", "not_retryable", None)
@@ -72,7 +72,7 @@ SEGMENT_WRITES = {
     "complete": lambda s: s.complete("late"),
     "fail": lambda s: s.fail(TerminationReason.PROVIDER_FAILED),
     "cancel": lambda s: s.cancel(),
-    "suspend": lambda s: s.guarded(leases.suspend, RunStatus.WAITING_FOR_INPUT),
+    "suspend": lambda s: s.guarded(leases.suspend_run, RunStatus.WAITING_FOR_INPUT),
     "pause": lambda s: s.guarded(pauses.pause, pauses.PauseRequest(PauseKind.INPUT, 0, "call_1", "why?")),
     "note": lambda s: s.guarded(notes.write, "late"),
 }

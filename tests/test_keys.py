@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sidecar import keys
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.domain.sealing import fingerprint, generate_key
 from tests.support import ROOT

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.engine.registry import build_registry
 from sidecar.engine.tools import EchoTool

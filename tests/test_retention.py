@@ -176,7 +176,7 @@ def test_a_worker_with_a_retention_purges_on_its_timer(start_worker):
 
 
 def test_the_worker_command_adds_the_purge_timer_only_with_a_retention(tmp_path):
-    from sidecar.cli import DEFAULT_EXECUTOR, _make_worker
+    from sidecar.cli.processes import DEFAULT_EXECUTOR, _make_worker
 
     def companions(**settings):
         worker = _make_worker(Settings(instance_path=tmp_path, database_url="sqlite://", **settings), 1, 1.0,

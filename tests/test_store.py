@@ -81,7 +81,7 @@ def test_fenced_writes_of_a_lost_lease_land_nowhere(database_url):
     with pytest.raises(LeaseLost):
         leases.append_event(old, "step", {"by": "a"})
     with pytest.raises(LeaseLost):
-        leases.update_run(old, output="from a")
+        leases.update_run_fenced(old, output="from a")
     with pytest.raises(LeaseLost):
         leases.finish(old, RunStatus.COMPLETED, output="from a")
     assert not leases.renew(old, LEASE)
@@ -176,7 +176,7 @@ def test_requeued_at_most_three_times_then_retries_exhausted(database_url):
 def test_a_lost_run_with_a_non_idempotent_write_in_flight_is_not_retried(database_url):
     run_id = runs.create_run("owner", "x")
     (claim,) = leases.claim_queued("w", 1, LEASE)
-    leases.update_run(claim, pending_effect="write_note call_1")
+    leases.update_run_fenced(claim, pending_effect="write_note call_1")
     _expire(run_id)
     assert [r.action for r in leases.reap()] == ["not_retryable"]
     row = run_row(run_id)
@@ -204,13 +204,13 @@ def store_guard():
 def test_suspend_releases_the_lease_and_waits(database_url, store_guard):
     run_id = runs.create_run("owner", "x")
     (claim,) = leases.claim_queued("w", 1, LEASE)
-    leases.suspend(claim, RunStatus.WAITING_FOR_INPUT)
+    leases.suspend_run(claim, RunStatus.WAITING_FOR_INPUT)
     row = run_row(run_id)
     assert (row.status, row.lease_holder, row.lease_expires_at) == ("waiting_for_input", None, None)
     with pytest.raises(LeaseLost):
         leases.append_event(claim, "step", {})
     with pytest.raises(ValueError):
-        leases.suspend(claim, RunStatus.COMPLETED)
+        leases.suspend_run(claim, RunStatus.COMPLETED)
 
 
 def test_the_store_refuses_a_gated_status_and_writes_nothing(database_url, store_guard):
@@ -220,16 +220,16 @@ def test_the_store_refuses_a_gated_status_and_writes_nothing(database_url, store
     (claim,) = leases.claim_queued("w", 1, LEASE)
     before = (RunEvent.select().count(), run_row(run_id).updated_at)
     with pytest.raises(StatusNotWritable, match="no compatibility gate"):
-        leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+        leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     seen = []
     store_guard(lambda status, origin: seen.append((status, origin)) or "nr_mcp_agent 0.15.1 cannot read it")
     with pytest.raises(StatusNotWritable, match="nr_mcp_agent 0.15.1"):
-        leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+        leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     assert seen == [("waiting_for_dependency", "typo3:page")]
     assert (RunEvent.select().count(), run_row(run_id).updated_at) == before
     assert run_row(run_id).status == "running"
     store_guard(lambda status, origin: None)
-    leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     assert run_row(run_id).status == "waiting_for_dependency"
 
 

@@ -175,3 +175,38 @@ def test_a_worker_serves_its_own_counters_on_its_metrics_port(database_url, tmp_
         stop_process(proc)
     assert 'nrllm_segment_outcomes_total{outcome="completed"} 1.0' in scraped, scraped
     assert "nrllm_claims_total 1.0" in scraped
+
+
+def test_worker_processes_start_the_others_share_the_queue_and_stop_together(database_url, tmp_path):
+    from sidecar.store.models import WorkerHeartbeat
+
+    log_path = tmp_path / "w.log"
+    ids = [runs.create_run("owner", steps_input({"event": "work"}, output=f"out {i}")) for i in range(60)]
+    group = start_worker_process(database_url, *STEPS, "--processes", "3", log_path=log_path)
+    try:
+        wait_until(lambda: Run.select().where(Run.status == "completed").count() == 60, timeout=120,
+                   what="60 runs completed")
+        wait_until(lambda: WorkerHeartbeat.select().count() == 3, what="three worker processes beating")
+        pids = {beat.pid for beat in WorkerHeartbeat.select()}
+        assert group.pid in pids and len(pids) == 3
+        # One of the others dies: it is started again.
+        killed = next(p for p in pids if p != group.pid)
+        os.kill(killed, signal.SIGKILL)
+        wait_until(lambda: len({b.pid for b in WorkerHeartbeat.select()} - pids) == 1, timeout=60,
+                   what="the dead worker process started again")
+        running = {b.pid for b in WorkerHeartbeat.select()} - {killed}
+    finally:
+        code = stop_process(group, timeout=60)
+    assert code == 0, log_path.read_text()[-3000:]
+    assert all(_status(run_id) == "completed" for run_id in ids)
+    for pid in running:
+        wait_until(lambda pid=pid: not _alive(pid), what=f"worker process {pid} ended")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0] != "Z"

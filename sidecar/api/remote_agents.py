@@ -8,7 +8,6 @@ message carries them.
 import json
 import logging
 import re
-import uuid
 from urllib.parse import urlsplit
 
 from flask import current_app
@@ -214,10 +213,5 @@ class OutboundResend(MethodView):
         """Resend a send row whose outcome is unknown, under a new message id (the old row `superseded`).
         Reconciliation is tried first; anything but an `outcome_unknown` send its run still waits on is
         409 not_resendable."""
-        try:
-            uuid.UUID(outbound_id)
-        except ValueError:
-            raise NotFound("no outbound row with that id") from None
-        row = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"])  # NotFound, NotResendable
-        log.info("outbound %s resent by %s as %s", outbound_id, principal().label, row.id)
-        return outbound_document(row)
+        row = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"], by=principal().label)
+        return outbound_document(row)  # NotFound and NotResendable are answered as errors (api/errors.py)

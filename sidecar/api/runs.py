@@ -27,7 +27,7 @@ from .schemas import (
 )
 
 blp = Blueprint("runs", __name__, url_prefix="/api/v1", description="Agent runs")
-HEADERS = ["Actor", "Workspace"]  # header parameters, registered in api/__init__.py
+HEADERS = ["Actor", "Workspace"]  # header parameters, registered in app.py
 
 
 def _json(body: dict, status: int, **headers) -> Response:

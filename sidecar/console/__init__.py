@@ -116,7 +116,7 @@ def home():
 
 
 def install(app, settings) -> None:
-    """Register the console on the app (api/__init__.py)."""
+    """Register the console on the app (sidecar/app.py)."""
     from . import inbox, operator, runs  # noqa: F401 - their routes register on bp
 
     console_session.configure(app, keys.keys_for(settings)[0])

@@ -2,7 +2,6 @@
 gate, health and worker heartbeats, tokens. Each action calls what the API's view calls, with its checks."""
 
 import logging
-import uuid
 
 from flask import current_app, flash, get_flashed_messages, redirect, render_template, request, url_for
 from marshmallow import ValidationError
@@ -19,7 +18,6 @@ from ..domain.clock import rfc3339
 from ..domain.errors import NotFound, ValidationFailed
 from ..domain.lease import LeasePolicy
 from ..store import console_queries, tokens
-from ..store import outbound as outbound_store
 from ..store import remote_agents as agent_store
 from . import route
 
@@ -46,33 +44,19 @@ def outbound_page():
                            notices=_notices())
 
 
-def _outbound_row(outbound_id: str):
-    try:
-        uuid.UUID(outbound_id)
-    except ValueError:
-        raise NotFound("no outbound row with that id") from None
-    row = outbound_store.get(outbound_id)
-    if row is None:
-        raise NotFound("no outbound row with that id")
-    return row
-
-
 @route("/outbound/<outbound_id>/resend", methods=["GET", "POST"])
 @operator_only
 def resend_page(outbound_id):
     """GET: what a resend does, and the button that does it. POST: the API's resend (reconciliation first;
     409 not_resendable unless the run still waits on this send with its outcome unknown)."""
-    row = _outbound_row(outbound_id)
+    row = resend.journal_row(outbound_id)
     if request.method == "GET":
         return render_template("console/resend.html", row=row, rfc3339=rfc3339)
     try:
-        new = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"])
-    except NotFound as exc:
-        raise NotFound(str(exc)) from None
+        new = resend.resend(outbound_id, current_app.config["NRLLM_SETTINGS"], by=principal().label)
     except resend.NotResendable as exc:
         return render_template("console/resend.html", row=row, rfc3339=rfc3339,
                                refused=exc), 409
-    log.info("outbound %s resent by %s as %s", outbound_id, principal().label, new.id)
     flash(f"Resent {outbound_id} as {new.id} (outcome: {new.outcome}).")
     return redirect(url_for("console.outbound_page", _anchor=f"o-{new.id}"))
 

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from .. import metrics
 from ..domain.lease import LeasePolicy
 from ..domain.vocabulary import SegmentOutcome
-from ..segment import Segment, SegmentExecutor
+from ..segment import Segment, SegmentExecutor, execute_segment
 from ..store import leases, runs
 from ..store.db import database
 from ..store.leases import Claim
-from ..worker import execute_segment
 
 log = logging.getLogger("nrllm_sidecar.decisions")
 

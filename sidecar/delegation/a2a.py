@@ -4,6 +4,10 @@ Every connection is guarded (address_guard, before connecting and again on the c
 redirects are not followed, each call has a timeout and a limit on the answer's size, and environment
 proxies are ignored (the guard must see the address it really talks to).
 
+Reads (GetTask, ListTasks) keep their connections alive in a pool per agent's address, so a poll does not
+pay a new connection; the guard still checks every new one. A send and a CancelTask (whose attempts are
+counted) take a fresh connection each: see _exchange.
+
 What a failed send means is the point of this module: a send is `not_delivered` only when no byte of
 the request was handed to a socket (the guard refused, the name did not resolve, the connection was
 refused or timed out). The connection class records the moment the request starts to be written, so
@@ -12,7 +16,9 @@ the peer may have created the task, and only reconciliation (ListTasks by contex
 """
 
 import contextvars
+import http.cookiejar
 import json
+import threading
 import time
 from dataclasses import dataclass, replace
 from urllib.parse import urljoin
@@ -53,6 +59,7 @@ class PushTarget:
 class _Call:
     allow: AllowList
     sent: bool = False  # set just before the first byte of the request is written to the socket
+    connected: bool = False  # set when the call opened a connection of its own (not one kept alive)
 
 
 _CALL: contextvars.ContextVar[_Call] = contextvars.ContextVar("a2a_call")
@@ -62,11 +69,13 @@ class _GuardedConnection:
     def _new_conn(self):
         sock = super()._new_conn()
         # The name was checked before connecting; this checks the address the socket really reached.
+        call = _CALL.get()
         try:
-            check_connected(self.host, sock.getpeername()[0], _CALL.get().allow)
+            check_connected(self.host, sock.getpeername()[0], call.allow)
         except AddressRefused:
             sock.close()
             raise
+        call.connected = True
         return sock
 
     def send(self, data):
@@ -93,18 +102,42 @@ class _GuardedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _GuardedHTTPSConnection
 
 
+class _Closing:
+    """A pool that closes each connection handed back to it: the next request on it connects anew."""
+
+    def _put_conn(self, conn):
+        if conn is not None:
+            conn.close()
+        super()._put_conn(conn)
+
+
+class _FreshHTTPPool(_Closing, _GuardedHTTPPool):
+    pass
+
+
+class _FreshHTTPSPool(_Closing, _GuardedHTTPSPool):
+    pass
+
+
 class _GuardedAdapter(HTTPAdapter):
+    def __init__(self, *args, fresh: bool = False, **kwargs):
+        self.fresh = fresh  # before the base class builds the pool manager
+        super().__init__(*args, **kwargs)
+
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool}
+        self.poolmanager.pool_classes_by_scheme = (
+            {"http": _FreshHTTPPool, "https": _FreshHTTPSPool} if self.fresh
+            else {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool})
 
 
 class _Failed(Exception):
     """A call that got no usable answer; `sent` says whether any of the request may have left."""
 
-    def __init__(self, message: str, sent: bool):
+    def __init__(self, message: str, sent: bool, on_kept_alive: bool = False):
         super().__init__(message)
         self.sent = sent
+        self.on_kept_alive = on_kept_alive
 
 
 @dataclass(frozen=True)
@@ -113,37 +146,73 @@ class _Answer:
     data: bytes
 
 
+_KEPT_ALIVE_PER_ADDRESS = 16  # connections a pool keeps (more may be open at once; the extra ones are closed)
+_sessions: dict[tuple, requests.Session] = {}
+_sessions_lock = threading.Lock()
+
+
+def _session(url: str, allow: AllowList, *, keep_alive: bool) -> requests.Session:
+    """The session for this address (scheme, host, port) and allow-list: its connections kept alive between
+    calls, or each closed when its call ends. Built once (building one costs about as much as a call)."""
+    scheme, _, rest = url.partition("://")
+    key = (keep_alive, scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
+    with _sessions_lock:
+        session = _sessions.get(key)
+        if session is None:
+            session = _sessions[key] = requests.Session()
+            session.trust_env = False
+            session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))  # none is kept
+            adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=_KEPT_ALIVE_PER_ADDRESS,
+                                      fresh=not keep_alive)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+        return session
+
+
 def _exchange(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
-              max_bytes: int) -> _Answer:
-    """One HTTP exchange on a fresh connection (a reused one could have been closed by the peer, which
-    would turn a request that never arrived into an unknown outcome). Connecting, waiting for the answer
-    to begin, and reading all of it each get `timeout`: against a peer that trickles its answer a call
-    ends within about three timeouts. AddressRefused (always raised before anything is sent) passes
-    through; every other failure is a _Failed."""
+              max_bytes: int, keep_alive: bool = False) -> _Answer:
+    """One HTTP exchange. Connecting, waiting for the answer to begin, and reading all of it each get
+    `timeout`: against a peer that trickles its answer a call ends within about three timeouts.
+    AddressRefused (always raised before anything is sent) passes through; every other failure is a _Failed.
+
+    Without `keep_alive` the exchange has a fresh connection of its own: a kept-alive one may have been
+    closed by the peer, and a send on it would turn a request that never arrived into an unknown outcome.
+    With `keep_alive` (a read: asking again changes nothing) the connection comes from the address's pool,
+    and a kept-alive connection that fails is given one more try on a new connection."""
+    try:
+        return _exchange_once(method, url, body=body, headers=headers, allow=allow, timeout=timeout,
+                              max_bytes=max_bytes, keep_alive=keep_alive)
+    except _Failed as exc:
+        if not (keep_alive and exc.on_kept_alive):
+            raise
+    return _exchange_once(method, url, body=body, headers=headers, allow=allow, timeout=timeout,
+                          max_bytes=max_bytes, keep_alive=False)
+
+
+def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
+                   max_bytes: int, keep_alive: bool) -> _Answer:
     call = _Call(allow)
     token = _CALL.set(call)
     try:
         check_url(url, allow)
-        with requests.Session() as session:
-            session.trust_env = False
-            adapter = _GuardedAdapter(max_retries=0)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            with session.request(method, url, data=body, headers=headers, timeout=(timeout, timeout),
-                                 allow_redirects=False, stream=True) as response:
-                deadline = time.monotonic() + timeout
-                if int(response.headers.get("Content-Length") or 0) > max_bytes:
+        session = _session(url, allow, keep_alive=keep_alive)
+        with session.request(method, url, data=body, headers=headers, timeout=(timeout, timeout),
+                             allow_redirects=False, stream=True) as response:
+            deadline = time.monotonic() + timeout
+            if int(response.headers.get("Content-Length") or 0) > max_bytes:
+                raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
+            data = bytearray()
+            for chunk in response.iter_content(64 * 1024):
+                data += chunk
+                if len(data) > max_bytes:
                     raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
-                data = bytearray()
-                for chunk in response.iter_content(64 * 1024):
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
-                    if time.monotonic() > deadline:
-                        raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
-                return _Answer(response.status_code, bytes(data))
+                if time.monotonic() > deadline:
+                    raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
+            return _Answer(response.status_code, bytes(data))
     except (requests.RequestException, OSError, ValueError) as exc:
-        raise _Failed(_describe(exc, timeout), sent=call.sent) from None
+        # A connection error (not a timeout) on a connection this call did not open: the peer had closed it.
+        stale = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
+        raise _Failed(_describe(exc, timeout), sent=call.sent, on_kept_alive=stale and not call.connected) from None
     finally:
         _CALL.reset(token)
 
@@ -422,14 +491,15 @@ class A2AClient:
 
     # Calls -------------------------------------------------------------------------------------------
 
-    def _post(self, body_text: str, dialect: str, timeout: float | None) -> _Answer:
+    def _post(self, body_text: str, dialect: str, timeout: float | None, keep_alive: bool = False) -> _Answer:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if dialect == "1.0":
             headers["A2A-Version"] = "1.0"  # without it a 1.0 server takes the request for 0.3
         if self.endpoint.auth_header and self.endpoint.auth_value:
             headers[self.endpoint.auth_header] = self.endpoint.auth_value
         return _exchange("POST", self.endpoint.rpc_url, body=body_text.encode("utf-8"), headers=headers,
-                         allow=self.allow, timeout=timeout or self.timeout, max_bytes=self.max_bytes)
+                         allow=self.allow, timeout=timeout or self.timeout, max_bytes=self.max_bytes,
+                         keep_alive=keep_alive)
 
     def send(self, body_text: str, timeout: float | None = None) -> SendResult:
         """Post exactly this send body (from build_send, or as the journal stored it)."""
@@ -461,11 +531,12 @@ class A2AClient:
         except ValueError as exc:
             return SendResult("outcome_unknown", error=f"unreadable answer: {exc}", bytes_received=size)
 
-    def _call(self, body_text: str, timeout: float | None) -> tuple[object, int]:
-        """The JSON-RPC result of one call, and the size of the answer that carried it."""
+    def _call(self, body_text: str, timeout: float | None, *, read: bool = False) -> tuple[object, int]:
+        """The JSON-RPC result of one call, and the size of the answer that carried it. A `read` changes
+        nothing on the peer, so it may go on a kept-alive connection (and be asked again on a new one)."""
         request_id = json.loads(body_text)["id"]
         try:
-            answer = self._post(body_text, self.dialect, timeout)
+            answer = self._post(body_text, self.dialect, timeout, keep_alive=read)
             reply = _reply(answer, request_id)
         except (_Failed, _Malformed) as exc:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: {exc}") from None
@@ -473,15 +544,15 @@ class A2AClient:
             raise RemoteError(reply.error_message, reply.error_code)
         return reply.result, len(answer.data)
 
-    def _task(self, body_text: str, timeout: float | None) -> TaskView:
-        result, size = self._call(body_text, timeout)
+    def _task(self, body_text: str, timeout: float | None, *, read: bool = False) -> TaskView:
+        result, size = self._call(body_text, timeout, read=read)
         try:
             return replace(task_view(result), bytes_received=size)
         except ValueError:
             raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task") from None
 
     def get_task(self, task_id: str, timeout: float | None = None) -> TaskView:
-        return self._task(_body(f"get-{task_id}", _METHODS[self.dialect]["get"], {"id": task_id}), timeout)
+        return self._task(_body(f"get-{task_id}", _METHODS[self.dialect]["get"], {"id": task_id}), timeout, read=True)
 
     def cancel_task(self, task_id: str, timeout: float | None = None) -> TaskView:
         return self._task(self.build_cancel(task_id), timeout)
@@ -493,7 +564,7 @@ class A2AClient:
         tasks: list[TaskView] = []
         params: dict = {"contextId": context_id, "includeArtifacts": True}
         for page in range(max_pages):
-            result, _ = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout)
+            result, _ = self._call(_body(f"list-{context_id}-{page}", "ListTasks", params), timeout, read=True)
             if not isinstance(result, dict) or not isinstance(result.get("tasks", []), list):
                 raise RemoteError(f"remote agent at {self.endpoint.rpc_url}: the answer is not a task list")
             try:

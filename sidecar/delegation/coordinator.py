@@ -13,7 +13,8 @@ between ticks: only due rows cost anything.
 
 Wake-ups: a push or a cancel in this process wakes the loop at once. Across processes, on PostgreSQL, a
 dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time (at most
-IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due index every TICK_SECONDS.
+IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due index every TICK_SECONDS, or
+sooner when a wait is due sooner.
 """
 
 import logging
@@ -37,6 +38,8 @@ log = logging.getLogger("nrllm_sidecar.coordinator")
 
 # Between ticks: the due index is polled at most this often (pushes and same-process wake-ups are sooner).
 TICK_SECONDS = 0.25
+# Between two ticks, however soon a wait is due.
+MIN_PAUSE_SECONDS = 0.02
 # With LISTEN/NOTIFY: the longest sleep when nothing is due sooner (a notification lost while the
 # listening connection was down is made up for by then).
 IDLE_SECONDS = 10.0
@@ -87,7 +90,10 @@ class Coordinator:
             looked_at = time.monotonic()
             busy = False
             try:
-                busy = self.tick() >= self.batch
+                # Woken by a suspension's NOTIFY, or ticking with nothing due yet: one indexed read instead
+                # of a claim's write transaction (which on SQLite holds the only writer's lock).
+                if self._anything_due():
+                    busy = self.tick() >= self.batch
                 self.send_cancels()
                 database.after_success()
             except Exception as exc:
@@ -100,21 +106,28 @@ class Coordinator:
             self._wake.wait(self._sleep_seconds(looked_at))
             self._wake.clear()
 
+    @staticmethod
+    def _anything_due() -> bool:
+        due = waits.earliest_due()
+        return due is not None and due <= utcnow()
+
     def _sleep_seconds(self, looked_at: float) -> float:
         # The next look at the due index comes tick_seconds after the last one began, not after its work
         # ended: a push on SQLite or MariaDB then waits at most one period, plus the work, for its poll
-        # (bench/bench_push.py).
+        # (bench/bench_push.py). A wait due sooner than that is looked at when it is due (not a period
+        # later: a delegation's first poll comes its agent's interval after the suspension, and each
+        # period added to it was end-to-end latency, bench/bench_cycle.py), but ticks are at least
+        # MIN_PAUSE_SECONDS apart, so waits coming due one by one are claimed a few at a time.
         period = max(0.0, self.tick_seconds - (time.monotonic() - looked_at))
-        if self._listener is None or not self._listener.listening:
-            return period
+        listening = self._listener is not None and self._listener.listening
         try:
             due = waits.earliest_due()
         except Exception as exc:
             if not db.is_unavailable(exc):  # an outage: the next tick finds it and waits for the database
                 log.exception("reading the next due time failed")
             return period
-        until = (due - utcnow()).total_seconds() if due else IDLE_SECONDS
-        return min(IDLE_SECONDS, max(period, until))
+        until = max(MIN_PAUSE_SECONDS, (due - utcnow()).total_seconds()) if due else IDLE_SECONDS
+        return min(IDLE_SECONDS, until) if listening else min(period, until)
 
     def tick(self) -> int:
         """Claim what is due and poll it; returns how many waits were polled."""

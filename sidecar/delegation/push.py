@@ -78,6 +78,7 @@ def receive(delegation: Delegation, notification) -> bool:
     # Before the send's answer is recorded there is no task id to compare with yet.
     if row.remote_task_id is not None and not unknown and task_id != row.remote_task_id:
         raise NotThisDelegation(f"task {task_id} does not belong to this delegation")
+    outbound.count_push(row.id)
     if wait is None:
         outbound.note_early_push(row.id)
         # The suspension may have committed since the token was looked up: then it did not see the note.

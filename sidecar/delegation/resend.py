@@ -12,6 +12,7 @@ run, a lost answer is reconciled again.
 """
 
 import logging
+import uuid
 
 from ..domain import push_tokens
 from ..domain.errors import NotFound, NotResendable
@@ -25,14 +26,25 @@ from .results import refused_text, result_text, unreachable_text
 
 log = logging.getLogger("nrllm_sidecar.resend")
 
-__all__ = ["NotResendable", "resend"]
+__all__ = ["NotResendable", "journal_row", "resend"]
 
 
-def resend(outbound_id: str, settings) -> Outbound:
-    """Resend a lost send; returns the new row. Raises NotFound or NotResendable."""
-    old = outbound.get(outbound_id)
-    if old is None:
+def journal_row(outbound_id: str) -> Outbound:
+    """The journal row a resend is asked for (the console shows it first); NotFound."""
+    try:
+        uuid.UUID(outbound_id)
+    except ValueError:
+        raise NotFound("no outbound row with that id") from None
+    row = outbound.get(outbound_id)
+    if row is None:
         raise NotFound(f"no outbound row {outbound_id}")
+    return row
+
+
+def resend(outbound_id: str, settings, *, by: str) -> Outbound:
+    """Resend a lost send for `by` (the operator, as logged); returns the new row. Raises NotFound or
+    NotResendable. The API, the console and the command line all resend through here."""
+    old = journal_row(outbound_id)
     wait = resends.waiting_on(old)  # refuse early, before anything is asked of the remote agent
     agent = remote_agents.get_agent(old.remote_agent)
     if agent is None:
@@ -50,12 +62,13 @@ def resend(outbound_id: str, settings) -> Outbound:
     # The journal kept only the old push token's digest: a resend with a push config gets a new token.
     push_token = push_tokens.new_push_token(old.run_id) if push_target_of(old.request_body) else None
     body = resend_body(old.request_body, message_id, push_token)
-    done = resends.resend(old.id, message_id, push_tokens.mask(body, push_token) if push_token else body, push_token)
-    log.info("run %s: outbound %s resent as %s", old.run_id, old.id, done.row.id)
+    journalled = push_tokens.mask(body, push_token) if push_token else body
+    done = resends.record_resend(old.id, message_id, journalled, push_token)
+    log.info("run %s: outbound %s resent by %s as %s", old.run_id, old.id, by, done.row.id)
     sent = client.send(body)
-    row = outbound.record_outcome_unfenced(done.row.id, sent.outcome, error=sent.error,
-                                           remote_task_id=sent.task.id if sent.task else None,
-                                           bytes_received=sent.bytes_received)
+    row = resends.record_resent_outcome(done.row.id, sent.outcome, error=sent.error,
+                                        remote_task_id=sent.task.id if sent.task else None,
+                                        bytes_received=sent.bytes_received)
     if sent.outcome == OutboundOutcome.OUTCOME_UNKNOWN and (again := reconcile.try_find(client, row)):
         outbound.record_found(row.id, again.id)
         row = outbound.get(row.id)

@@ -26,6 +26,7 @@ from ..domain.clock import utcnow
 from ..domain.errors import MessageIdTaken, StatusNotWritable
 from ..domain.push_tokens import new_push_token
 from ..domain.vocabulary import OutboundOutcome
+from ..engine.tools import DelegationCall
 from ..store import outbound, remote_agents, runs, waits
 from ..store.models import Run
 from . import reconcile, remote
@@ -55,15 +56,6 @@ class Started:
 
 def error(text: str) -> Started:
     return Started(result=f"error: {text}")
-
-
-@dataclass(frozen=True)
-class DelegationCall:
-    segment: object  # sidecar.segment.Segment
-    tool_call_id: str
-    turn_index: int
-    arguments: dict
-    conversation: list[dict]  # provider-neutral messages so far, for the checkpoint
 
 
 def start(call: DelegationCall, settings) -> Started:

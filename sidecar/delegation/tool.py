@@ -1,8 +1,10 @@
-"""`delegate_to_agent`: the built-in delegation tool (docs/http-api.md, "Built-in tools")."""
+"""`delegate_to_agent`: the built-in delegation tool (docs/http-api.md, "Built-in tools"), registered through
+the tools hook like any plugin's (a core plugin: sidecar/plugins.py)."""
 
 from ..domain.vocabulary import ToolEffect
-from ..engine.tools import Tool, ToolError
-from .start import DelegationCall, Started, start
+from ..engine.tools import DelegationCall, Tool, ToolError
+from ..hookspecs import hookimpl
+from .start import Started, give_up, start
 
 
 class DelegateTool(Tool):
@@ -32,3 +34,11 @@ class DelegateTool(Tool):
 
     def delegate(self, call: DelegationCall) -> Started:
         return start(call, self.settings)
+
+    def give_up(self, call: DelegationCall):
+        return give_up(call)
+
+
+@hookimpl
+def nrllm_tools(settings):
+    return [DelegateTool(settings)]

@@ -8,10 +8,9 @@ from .tools import builtin_tools
 
 
 @hookimpl
-def nrllm_tools(settings):
-    from ..delegation.tool import DelegateTool  # the delegation package builds on the engine's tools
-
-    return [*builtin_tools(), *person_tools(), DelegateTool(settings)]
+def nrllm_tools():
+    # delegate_to_agent is the delegation package's (sidecar.delegation.tool), registered the same way.
+    return [*builtin_tools(), *person_tools()]
 
 
 @hookimpl

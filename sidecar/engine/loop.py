@@ -25,7 +25,7 @@ from ..store import turns as saved
 from . import pausing
 from .providers import ModelProvider, ProviderError, TurnRequest
 from .registry import Registry, build_registry
-from .tools import ToolContext, ToolError, error_text
+from .tools import DelegationCall, ToolContext, ToolError, error_text
 from .turns import Conversation, ToolCall, Turn, assign_call_ids
 
 log = logging.getLogger("nrllm_sidecar.engine")
@@ -238,13 +238,9 @@ class _RunSegment:
         return None
 
     def _give_up_journalled(self, call: ToolCall):
-        from ..delegation.start import give_up
+        return self.registry.tools[call.name].give_up(self._delegation_call(call))
 
-        return give_up(self._delegation_call(call))
-
-    def _delegation_call(self, call: ToolCall):
-        from ..delegation.start import DelegationCall
-
+    def _delegation_call(self, call: ToolCall) -> DelegationCall:
         messages = [dict(m, tool_calls=[c.to_dict() for c in m["tool_calls"]]) if m.get("tool_calls") else m
                     for m in self.conversation.messages]
         return DelegationCall(self.segment, call.id, len(self.conversation.turns) - 1, call.arguments, messages)

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 import pluggy
 
 from ..config import Settings
-from ..plugin_api import PluginContext
-from ..plugins import PluginLoadError, plugin_manager, results_by_plugin
+from ..plugins import collect_tools_and_providers, plugin_manager
 from .providers import ModelProvider
 from .tools import Tool
 
@@ -29,26 +28,6 @@ class Registry:
         return {name: self.tools[name] for name in requested if isinstance(name, str) and name in self.tools}
 
 
-def _collect(hook, settings: Settings, what: str) -> dict:
-    """name -> item from every implementation of `hook`; two plugins claiming one name stop start-up."""
-    found: dict = {}
-    owner: dict[str, str] = {}
-    collecting = PluginContext(settings)  # without tools and providers: these hooks return them
-    for plugin_name, items in results_by_plugin(hook, settings=settings, context=collecting):
-        for item in items or []:
-            if item.name in found:
-                raise PluginLoadError(
-                    f"{what} {item.name!r} is registered by both {owner[item.name]!r} and {plugin_name!r}"
-                )
-            found[item.name] = item
-            owner[item.name] = plugin_name
-    return found
-
-
 def build_registry(settings: Settings, pm: pluggy.PluginManager | None = None) -> Registry:
-    pm = pm or plugin_manager()
-    return Registry(
-        tools=_collect(pm.hook.nrllm_tools, settings, "tool"),
-        providers=_collect(pm.hook.nrllm_model_providers, settings, "model provider"),
-        default_provider=settings.default_provider,
-    )
+    collected = collect_tools_and_providers(settings, pm or plugin_manager())
+    return Registry(tools=collected.tools, providers=collected.providers, default_provider=settings.default_provider)

@@ -9,6 +9,7 @@ model continues.
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
@@ -56,6 +57,17 @@ class ToolContext:
             self._check()
 
 
+@dataclass(frozen=True)
+class DelegationCall:
+    """What the loop hands a delegation tool for one tool call (Tool.delegate, Tool.give_up)."""
+
+    segment: object  # sidecar.segment.Segment
+    tool_call_id: str
+    turn_index: int
+    arguments: dict
+    conversation: list[dict]  # provider-neutral messages so far, for the checkpoint
+
+
 class Tool:
     name: ClassVar[str]
     effect: ClassVar[ToolEffect]
@@ -72,10 +84,16 @@ class Tool:
     def run(self, arguments: dict, context: ToolContext) -> str:
         raise NotImplementedError
 
-    def delegate(self, call):
+    def delegate(self, call: DelegationCall):
         """A delegation tool starts its dependency here instead of run(): it returns a
         sidecar.delegation.start.Started (a result now, or the run suspended). See DelegateTool."""
         raise NotImplementedError(f"{self.name} is marked as a delegation tool but does not implement delegate()")
+
+    def give_up(self, call: DelegationCall):
+        """A delegation tool no longer offered to the run (the gate closed): settle what an earlier attempt of
+        this call may have started. Returns what the saving of the call's error result must also write (a
+        sidecar.store.outbound.Settlement), or None."""
+        return None
 
     @property
     def spec(self) -> ToolSpec:

@@ -196,7 +196,7 @@ class SidecarServer(BaseApplication):
             self.cfg.set(name, value)
 
     def load(self):
-        from ..api import create_app
+        from ..app import create_app
 
         return create_app(Settings.from_env())
 

@@ -3,6 +3,7 @@
 import json
 
 from ..domain.clock import utcnow
+from . import statements
 from .db import transactional
 from .models import ConsumerReportState, ReportedConsumerRow
 
@@ -57,3 +58,9 @@ def load_report():
         for r in ReportedConsumerRow.select().order_by(ReportedConsumerRow.name)
     ]
     return (state.reported_at if state else None), rows
+
+
+def reported_time():
+    """The time of the last report as stored (None: never reported), in one small read: it changes with every
+    change of the report, so it tells whether a gate built earlier still holds."""
+    return statements.select_value(ConsumerReportState, "reported_at", id=REPORT_STATE_ID)

@@ -51,8 +51,8 @@ def append(run_id: str, guard, kind: str, payload: dict, *, also: dict | None = 
 def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     """Insert the event numbered `sequence`, a number the caller took by bumping the run's counter in this
     transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
-    statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True))
-    notify.run_event(run_id)
+    statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True),
+                            notify_channel=notify.run_events_channel())
     if (listener := _listeners.get(kind)) is not None:
         database.after_commit(lambda: _tell(listener, run_id, kind, payload))
 

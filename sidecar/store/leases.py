@@ -90,7 +90,7 @@ def append_event(claim: Claim, kind: str, payload: dict) -> int:
 
 
 @transactional
-def update_run(claim: Claim, **values) -> None:
+def update_run_fenced(claim: Claim, **values) -> None:
     """Write columns of the claimed run (budget counters, pending effect, ...) under the fence."""
     fenced_update(claim, **values)
 
@@ -125,14 +125,14 @@ def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason
 
 
 @transactional
-def suspend(claim: Claim, status: RunStatus, **values) -> None:
+def suspend_run(claim: Claim, status: RunStatus, **values) -> None:
     """End the segment in a waiting status: the lease is released and nobody holds the run.
 
     A status outside the base vocabulary is written only if the compatibility gate allows it for the
     run's origin, checked in this same transaction (StatusNotWritable otherwise, nothing written).
     """
     if not status.is_waiting:
-        raise ValueError(f"suspend() takes a waiting status, not {status}")
+        raise ValueError(f"suspend_run() takes a waiting status, not {status}")
     origin = Run.select(Run.origin).where(Run.id == claim.run_id).scalar()
     status_guard.check(status.value, origin)
     _status_event_or_lost(claim, status.value)

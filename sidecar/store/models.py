@@ -255,6 +255,8 @@ class Outbound(BaseModel):
     # The SHA-256 of the push token the send carries (its body keeps the token masked): a push that comes
     # before the suspension is matched to the send by it.
     push_token_sha256 = CharField(max_length=64, null=True)
+    # Authenticated pushes that named this send's task (or came before its task was known).
+    pushes_seen = IntegerField(default=0)
 
     class Meta:
         table_name = "outbound"

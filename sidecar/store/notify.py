@@ -31,13 +31,10 @@ def notify() -> None:
         database.execute_sql(f"NOTIFY {CHANNEL}")
 
 
-def run_event(run_id: str) -> None:
-    """Inside the transaction that writes an event of the run: tell the listening streams at commit.
-
-    PostgreSQL folds identical notifications of one transaction into one, so a run's several events in a
-    transaction cost one notification."""
-    if dialect() == "postgresql":
-        database.execute_sql("SELECT pg_notify(%s, %s)", (RUN_EVENTS_CHANNEL, run_id))
+def run_events_channel() -> str | None:
+    """Where the insert of a run's event also notifies the listening streams, in the same round trip
+    (PostgreSQL; None elsewhere). PostgreSQL folds identical notifications of one transaction into one."""
+    return RUN_EVENTS_CHANNEL if dialect() == "postgresql" else None
 
 
 def can_listen() -> bool:

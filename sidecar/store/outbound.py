@@ -22,11 +22,11 @@ from peewee import IntegrityError
 from .. import wakeup
 from ..domain import push_tokens
 from ..domain.clock import utcnow
-from ..domain.errors import LeaseLost, MessageIdTaken
+from ..domain.errors import MessageIdTaken
 from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
-from . import events, notify, status_guard
+from . import events, notify, statements, status_guard
 from .db import database, dialect, transactional
-from .leases import Claim, fence
+from .leases import Claim, fence, fenced_update_with_event
 from .models import Outbound, Run
 
 PENDING = OutboundOutcome.PENDING.value
@@ -43,8 +43,8 @@ def sha256(text: str) -> str:
 
 
 def _event(claim: Claim, row: Outbound, note: str) -> None:
-    if events.append(claim.run_id, fence(claim), "outbound", outbound_payload(row, note)) is None:
-        raise LeaseLost(claim.run_id, claim.epoch)
+    """The row's `outbound` event, under the fence (LeaseLost when it no longer holds)."""
+    fenced_update_with_event(claim, "outbound", outbound_payload(row, note))
 
 
 @transactional
@@ -63,18 +63,19 @@ def record_send(
     """
     _refuse_secret(body, push_token)
     digest = sha256(body)
-    existing = Outbound.get_or_none(Outbound.message_id == message_id)
+    existing = by_message_id(message_id)
     if existing is None:
-        origin = Run.select(Run.origin).where(Run.id == claim.run_id).scalar()
+        origin = statements.select_value(Run, "origin", id=claim.run_id)
         status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
-        row = Outbound(
+        values = dict(
             id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id,
             remote_agent=remote_agent, message_id=message_id, tool_call_id=tool_call_id, context_id=context_id,
             request_body=body, request_sha256=digest, outcome=PENDING, resend_count=resend_count,
             created_at=utcnow(), push_token_sha256=push_tokens.digest(push_token) if push_token else None,
         )
+        row = Outbound(**values)
         try:
-            row.save(force_insert=True)
+            statements.insert_row(Outbound, values)
         except IntegrityError:
             raise MessageIdTaken(f"message id {message_id} was journalled concurrently") from None
         _event(claim, row, "journalled before sending")
@@ -135,9 +136,11 @@ class Settlement:
 @transactional
 def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_id=None, error=None) -> Outbound:
     """Record what became of a send, only while it is still pending (a later writer never overwrites)."""
-    Outbound.update(outcome=outcome, remote_task_id=remote_task_id, error=error, sent_at=utcnow()).where(
-        Outbound.id == outbound_id, Outbound.outcome == PENDING).execute()
-    row = Outbound.get_by_id(outbound_id)
+    statements.update_where(Outbound, {"id": outbound_id, "outcome": PENDING},
+                            {"outcome": outcome, "remote_task_id": remote_task_id, "error": error, "sent_at": utcnow()})
+    row = get(outbound_id)
+    if row is None:
+        raise Outbound.DoesNotExist(f"outbound {outbound_id} does not exist")  # as get_by_id raised
     _event(claim, row, "sent")
     return row
 
@@ -157,7 +160,7 @@ def give_up(claim: Claim, outbound_id: str) -> Outbound | None:
 
 
 def get(outbound_id: str) -> Outbound | None:
-    return Outbound.get_or_none(Outbound.id == outbound_id)
+    return statements.select_one(Outbound, id=outbound_id)
 
 
 def sends_of_run(run_id: str) -> list[Outbound]:
@@ -166,6 +169,11 @@ def sends_of_run(run_id: str) -> list[Outbound]:
 
 
 @transactional
+def count_push(outbound_id: str) -> None:
+    """One more push for this send (one UPDATE: pushes are rare, and a lost count would only under-report)."""
+    Outbound.update(pushes_seen=Outbound.pushes_seen + 1).where(Outbound.id == outbound_id).execute()
+
+
 def note_early_push(outbound_id: str) -> None:
     """Remember a push that came before the run's suspension (the first one counts)."""
     Outbound.update(push_received_at=utcnow()).where(
@@ -176,11 +184,9 @@ def pushed_early(outbound_id: str) -> bool:
     """Inside the suspension's transaction: whether a push for this send came already. On a server database the
     row is locked, so a push noting itself meanwhile waits for the suspension to commit and then finds the wait
     (delegation/push.py), instead of both missing each other."""
-    query = Outbound.select(Outbound.push_received_at).where(Outbound.id == outbound_id)
-    if dialect() != "sqlite":  # SQLite's BEGIN IMMEDIATE already serialises the two
-        query = query.for_update()
-    row = query.first()
-    return row is not None and row.push_received_at is not None
+    # SQLite's BEGIN IMMEDIATE already serialises the two; a server database locks the row.
+    return statements.select_value(Outbound, "push_received_at", id=outbound_id,
+                                   for_update=dialect() != "sqlite") is not None
 
 
 def get_many(outbound_ids) -> dict[str, Outbound]:
@@ -190,7 +196,7 @@ def get_many(outbound_ids) -> dict[str, Outbound]:
 
 
 def by_message_id(message_id: str) -> Outbound | None:
-    return Outbound.get_or_none(Outbound.message_id == message_id)
+    return statements.select_one(Outbound, message_id=message_id)
 
 
 def descends_from(row: Outbound, root_id: str, limit: int = 100) -> bool:
@@ -321,19 +327,6 @@ def give_up_cancel(outbound_id: str, error: str) -> bool:
         row = Outbound.get_by_id(outbound_id)
         events.append(row.run_id, [], "outbound", outbound_payload(row, GIVEN_UP_NOTE))
     return settled
-
-
-@transactional
-def record_outcome_unfenced(outbound_id: str, outcome: str, *, remote_task_id=None, error=None,
-                            bytes_received: int = 0) -> Outbound:
-    """record_outcome for a send no segment holds (an operator's resend): the run waits meanwhile."""
-    Outbound.update(outcome=outcome, remote_task_id=remote_task_id, error=error, sent_at=utcnow()).where(
-        Outbound.id == outbound_id, Outbound.outcome == PENDING).execute()
-    row = Outbound.get_by_id(outbound_id)
-    if bytes_received:
-        Run.update(bytes_used=Run.bytes_used + bytes_received).where(Run.id == row.run_id).execute()
-    events.append(row.run_id, [], "outbound", outbound_payload(row, "sent"))
-    return row
 
 
 def context_of_task(run_id: str, remote_task_id: str) -> str | None:

@@ -63,7 +63,7 @@ def pause(claim: Claim, request: PauseRequest) -> tuple[str, int]:
         since=utcnow(),
     ).execute()
     _event_or_lost(claim, "pause", {"pause_id": pause_id, "generation": generation, **_shown(request)})
-    leases.suspend(claim, STATUS_OF[request.kind])
+    leases.suspend_run(claim, STATUS_OF[request.kind])
     return pause_id, generation
 
 
@@ -245,4 +245,4 @@ def refuse(claim: Claim, decision: Decision, pause: PersonPause, reason: str) ->
     _event_or_lost(claim, "decision_refused", {
         "pause_id": pause.id, "generation": pause.generation, "receipt_id": decision.id,
         "decision": decision.decision, "by": decision.decider, "comment": decision.comment, "reason": reason})
-    leases.suspend(claim, STATUS_OF[PauseKind(pause.kind)], waiting_on=pause.id, continuation=None)
+    leases.suspend_run(claim, STATUS_OF[PauseKind(pause.kind)], waiting_on=pause.id, continuation=None)

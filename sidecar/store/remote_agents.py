@@ -13,6 +13,7 @@ from .. import keys
 from ..domain.backoff import without_urls
 from ..domain.clock import utcnow
 from ..domain.errors import AgentInUse, NameTaken, NoStoredSecret, NotFound
+from . import statements
 from .db import dialect, transactional
 from .models import DependencyWait, RemoteAgent
 
@@ -109,7 +110,7 @@ def list_agents() -> list[RemoteAgent]:
 
 
 def get_agent(name: str) -> RemoteAgent | None:
-    return RemoteAgent.get_or_none(RemoteAgent.name == name)
+    return statements.select_one(RemoteAgent, name=name)  # every delegation reads it
 
 
 def auth_of(agent: RemoteAgent) -> tuple[str, str] | None:

@@ -3,8 +3,9 @@ agents, the outbound journal and push").
 
 One guarded transaction: the old row goes from `outcome_unknown` to `superseded`, the wait the run is
 suspended on moves from the old row to the new one, and the new row is committed `pending` before its
-request leaves. Reconciliation records a found task with the same `outcome_unknown` guard
-(outbound.record_found), so of two resends, or a resend and a reconciliation, exactly one wins.
+request leaves; what the request did is recorded after it (record_resent_outcome). Reconciliation records a
+found task with the same `outcome_unknown` guard (outbound.record_found), so of two resends, or a resend and
+a reconciliation, exactly one wins.
 """
 
 import uuid
@@ -41,7 +42,7 @@ def waiting_on(row: Outbound) -> DependencyWait:
 
 
 @transactional
-def resend(old_id: str, message_id: str, body: str, push_token: str | None = None) -> Resend:
+def record_resend(old_id: str, message_id: str, body: str, push_token: str | None = None) -> Resend:
     """Supersede `old_id` with a new pending row carrying `body` (its push token masked); NotFound, or
     NotResendable when the row is not outcome_unknown or its run no longer waits on it (nothing written).
     With `push_token` (the resend's new one) the new row and the wait keep its digest: pushes for the new
@@ -77,3 +78,17 @@ def resend(old_id: str, message_id: str, body: str, push_token: str | None = Non
     if push_token:
         wait.push_token_sha256 = new.push_token_sha256
     return Resend(new, wait)
+
+
+@transactional
+def record_resent_outcome(outbound_id: str, outcome: str, *, remote_task_id=None, error=None,
+                          bytes_received: int = 0) -> Outbound:
+    """What became of a resent request (outbound.record_outcome for a send no segment holds): the run waits
+    meanwhile. Only a row still pending is changed."""
+    Outbound.update(outcome=outcome, remote_task_id=remote_task_id, error=error, sent_at=utcnow()).where(
+        Outbound.id == outbound_id, Outbound.outcome == outbound.PENDING).execute()
+    row = Outbound.get_by_id(outbound_id)
+    if bytes_received:
+        Run.update(bytes_used=Run.bytes_used + bytes_received).where(Run.id == row.run_id).execute()
+    events.append(row.run_id, [], "outbound", outbound.outbound_payload(row, "sent"))
+    return row

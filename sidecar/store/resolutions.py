@@ -10,7 +10,7 @@ from datetime import datetime
 from .. import wakeup
 from ..domain.clock import utcnow
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import events, notify, outbound
+from . import events, notify, outbound, statements
 from .db import database, transactional
 from .models import DependencyWait, Run, ToolResult
 from .waits import WAITING
@@ -22,8 +22,8 @@ class _Lost(Exception):
 
 def _close(wait: DependencyWait, resolution: str, now) -> list:
     """Mark the wait resolved (guarded); the run guard the caller must apply next."""
-    closed = DependencyWait.update(resolved_at=now, resolution=resolution).where(
-        DependencyWait.id == wait.id, DependencyWait.resolved_at.is_null()).execute()
+    closed = statements.update_where(DependencyWait, {"id": wait.id, "resolved_at": None},
+                                     {"resolved_at": now, "resolution": resolution})
     if closed != 1:
         raise _Lost()
     return [Run.id == wait.run_id, Run.status == WAITING, Run.waiting_on == wait.id]
@@ -43,17 +43,34 @@ def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str
              cancel_remote: bool, bytes_received: int) -> None:
     now = utcnow()
     guard = _close(wait, resolution, now)
-    if events.append(wait.run_id, guard, "resume", {"pause_id": wait.id, "resolution": resolution, **detail}) is None:
-        raise _Lost()
+    resumed = {"pause_id": wait.id, "resolution": resolution, **detail}
+    tool = {"turn_index": turn_index, "tool_call_id": wait.tool_call_id, "name": "delegate_to_agent", "result": result}
     if cancel_remote:
+        # A deadline: the CancelTask's journal row and its event come between the resumption and the status.
+        if events.append(wait.run_id, guard, "resume", resumed) is None:
+            raise _Lost()
         _cancel_remote(wait, guard, now)
-    events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
-    events.append(wait.run_id, guard, "tool", {"turn_index": turn_index, "tool_call_id": wait.tool_call_id,
-                                               "name": "delegate_to_agent", "result": result})
-    ToolResult.insert(run=wait.run_id, tool_call_id=wait.tool_call_id, turn_index=turn_index,
-                      name="delegate_to_agent", result=result, created_at=now).execute()
-    Run.update(status=RunStatus.QUEUED.value, waiting_on=None, queued_at=now, updated_at=now,
-               lease_epoch=Run.lease_epoch + 1, bytes_used=Run.bytes_used + bytes_received).where(*guard).execute()
+        events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
+        events.append(wait.run_id, guard, "tool", tool)
+    events_taken = 0 if cancel_remote else 3
+    # The run queued again under the guard; without a cancel it also takes its three events' sequences.
+    written = statements.update_run(
+        wait.run_id,
+        where={"status": WAITING, "waiting_on": wait.id},
+        values={"status": RunStatus.QUEUED.value, "waiting_on": None, "queued_at": now, "updated_at": now},
+        add={"lease_epoch": 1, "bytes_used": bytes_received, "last_event_sequence": events_taken},
+        returning=("last_event_sequence",),
+    )
+    if written is None:
+        raise _Lost()
+    if not cancel_remote:
+        (sequence,) = written
+        events.record(wait.run_id, sequence - 2, "resume", resumed)
+        events.record(wait.run_id, sequence - 1, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
+        events.record(wait.run_id, sequence, "tool", tool)
+    statements.insert_values(ToolResult, {"run_id": wait.run_id, "tool_call_id": wait.tool_call_id,
+                                          "turn_index": turn_index, "name": "delegate_to_agent", "result": result,
+                                          "created_at": now})
 
 
 def resolve(wait: DependencyWait, *, turn_index: int, result: str, resolution: str = "result",

@@ -82,8 +82,7 @@ def get_run(run_id: str) -> Run | None:
 def cancel_requested(run_id: str) -> bool:
     """Whether a cancel was requested (False for no such run). Asked at every step boundary of a segment, so it
     reads the one column, not the whole row."""
-    row = Run.select(Run.cancel_requested_at).where(Run.id == run_id).tuples().first()
-    return row is not None and row[0] is not None
+    return statements.select_value(Run, "cancel_requested_at", id=run_id) is not None
 
 
 def list_runs(
@@ -197,8 +196,8 @@ def cancel_requested_meanwhile(run_id: str) -> bool:
     its suspension committed found the run running and only marked it. The run now waits, so the cancel is
     finished here, in the name of whoever asked (True when it was). (A person's pause checks for the mark in
     its own transaction instead: pauses.pause.)"""
-    row = Run.select(Run.status, Run.cancel_requested_at).where(Run.id == run_id).first()
-    if row is None or row.cancel_requested_at is None or not RunStatus(row.status).is_waiting:
+    rows = statements.select_rows(Run, ("status", "cancel_requested_at"), id=run_id)
+    if not rows or rows[0][1] is None or not RunStatus(rows[0][0]).is_waiting:
         return False
     asked = (RunEvent.select(RunEvent.payload).where(RunEvent.run == run_id, RunEvent.kind == "cancel_requested")
              .order_by(RunEvent.sequence.desc()).scalar())

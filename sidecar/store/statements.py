@@ -51,8 +51,66 @@ def select_one(model, **equal):
                   for column, value in equal.items()]
     params = [fields[column].db_value(value) for column, value in equal.items() if value is not None]
     sql = f"SELECT * FROM {_name(model._meta.table_name)} WHERE {' AND '.join(conditions)}"
-    rows = list(model.raw(sql, *params))
-    return rows[0] if rows else None
+    cursor = database.execute_sql(sql, params)
+    rows = cursor.fetchall()  # all of it: on SQLite an unfinished read would keep its snapshot open
+    if not rows:
+        return None
+    # As peewee's own reading of a row makes it (each value through its field), without its cursor wrapper,
+    # which cost as much again as the query for the 34 columns of a run.
+    instance = model(__no_default__=1)
+    for (column, *_), value in zip(cursor.description, rows[0], strict=True):
+        field = fields[column]
+        instance.__data__[field.name] = field.python_value(value)
+    return instance
+
+
+def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None, for_update: bool = False,
+                **equal) -> list[tuple]:
+    """`columns` of the rows of `model` whose columns equal `equal` (none is None), each value converted by
+    its field as peewee would. `for_update`: the rows are locked for this transaction (server databases)."""
+    fields = model._meta.columns
+    conditions = " AND ".join(f"{_name(name)} = {database.param}" for name in equal)
+    selected = ", ".join(_name(column) for column in columns)
+    sql = f"SELECT {selected} FROM {_name(model._meta.table_name)} WHERE {conditions}"
+    if order_by:
+        sql += f" ORDER BY {_name(order_by)}"
+    if for_update:
+        sql += " FOR UPDATE"
+    cursor = database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()])
+    converters = [fields[column].python_value for column in columns]
+    return [tuple(convert(value) for convert, value in zip(converters, row, strict=True)) for row in cursor]
+
+
+def select_value(model, column: str, *, for_update: bool = False, **equal):
+    """One column of the row of `model` whose columns equal `equal` (none is None); None when there is no such
+    row. `for_update`: the row is locked for this transaction (server databases)."""
+    rows = select_rows(model, (column,), for_update=for_update, **equal)
+    return rows[0][0] if rows else None
+
+
+def update_where(model, where: dict, values: dict) -> int:
+    """UPDATE the rows of `model` whose columns equal `where` (None: IS NULL): set `values` (by column name).
+    Returns how many rows matched."""
+    fields = model._meta.columns
+    param = database.param
+    conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
+                  for column, value in where.items()]
+    sql = (f"UPDATE {_name(model._meta.table_name)} SET {', '.join(f'{_name(column)} = {param}' for column in values)}"
+           f" WHERE {' AND '.join(conditions)}")
+    params = [fields[column].db_value(value) for column, value in values.items()]
+    params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
+    return database.execute_sql(sql, params).rowcount
+
+
+def insert_values(model, values: dict) -> None:
+    """INSERT a row of `model` with only the columns in `values` (by column name): the database gives the rest
+    (a generated key)."""
+    fields = model._meta.columns
+    columns = ", ".join(_name(column) for column in values)
+    database.execute_sql(
+        f"INSERT INTO {_name(model._meta.table_name)} ({columns}) VALUES ({_placeholders(len(values))})",
+        [fields[column].db_value(value) for column, value in values.items()],
+    )
 
 
 def insert_row(model, values: dict) -> None:
@@ -104,10 +162,15 @@ def update_run(
     ).fetchone()
 
 
-def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str) -> None:
+def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *, notify_channel: str | None = None
+                 ) -> None:
+    """INSERT the event; with `notify_channel` (PostgreSQL) the same round trip also queues the notification
+    of the run's id on that channel (sent at commit)."""
     fields = RunEvent._meta.columns
     values = (run_id, sequence, kind, fields["at"].db_value(at), payload_json)
     columns = ", ".join(_name(column) for column in _EVENT_COLUMNS)
-    database.execute_sql(
-        f"INSERT INTO {_name('run_events')} ({columns}) VALUES ({_placeholders(len(values))})", values
-    )
+    sql = f"INSERT INTO {_name('run_events')} ({columns}) VALUES ({_placeholders(len(values))})"
+    if notify_channel is not None:
+        sql += f"; SELECT pg_notify({database.param}, {database.param})"
+        values = (*values, notify_channel, run_id)
+    database.execute_sql(sql, values)

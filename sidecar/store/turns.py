@@ -9,7 +9,7 @@ the tool again.
 import json
 
 from ..domain.clock import utcnow
-from . import outbound
+from . import outbound, statements
 from .db import transactional
 from .leases import Claim, fenced_update_with_event
 from .models import ModelTurn, ToolResult
@@ -24,10 +24,9 @@ def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float,
         event,
         add={"iterations_used": 1, "tokens_used": tokens, "cost_used": cost},
     )
-    ModelTurn.insert(
-        run=claim.run_id, index=index, message=json.dumps(message, sort_keys=True), tokens=tokens, cost=cost,
-        created_at=utcnow(),
-    ).execute()
+    statements.insert_values(ModelTurn, {
+        "run_id": claim.run_id, "index": index, "message": json.dumps(message, sort_keys=True), "tokens": tokens,
+        "cost": cost, "created_at": utcnow()})
 
 
 @transactional
@@ -42,20 +41,17 @@ def save_tool_result(
                                 error=settle.error)
     fenced_update_with_event(claim, "tool", event, add=settle.counts if settle else None,
                              **({"pending_effect": None} if clear_pending_effect else {}))
-    ToolResult.insert(
-        run=claim.run_id, tool_call_id=tool_call_id, turn_index=turn_index, name=name, result=result,
-        created_at=utcnow(),
-    ).execute()
+    statements.insert_values(ToolResult, {
+        "run_id": claim.run_id, "tool_call_id": tool_call_id, "turn_index": turn_index, "name": name,
+        "result": result, "created_at": utcnow()})
 
 
 def load(run_id: str) -> tuple[list[dict], dict[str, str]]:
     """The run's saved turns in order ({"index", "message", "tokens", "cost"}) and its results by call id."""
     turns = [
-        {"index": row.index, "message": json.loads(row.message), "tokens": row.tokens, "cost": row.cost}
-        for row in ModelTurn.select().where(ModelTurn.run == run_id).order_by(ModelTurn.index)
+        {"index": index, "message": json.loads(message), "tokens": tokens, "cost": cost}
+        for index, message, tokens, cost in statements.select_rows(
+            ModelTurn, ("index", "message", "tokens", "cost"), order_by="index", run_id=run_id)
     ]
-    results = {
-        row.tool_call_id: row.result
-        for row in ToolResult.select(ToolResult.tool_call_id, ToolResult.result).where(ToolResult.run == run_id)
-    }
+    results = dict(statements.select_rows(ToolResult, ("tool_call_id", "result"), run_id=run_id))
     return turns, results

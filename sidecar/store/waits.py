@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from .. import wakeup
 from ..domain import push_tokens
 from ..domain.clock import utcnow
+from ..domain.errors import LeaseLost
 from ..domain.lease import ClaimBatch
 from ..domain.vocabulary import OutboundOutcome, RunStatus
-from . import events, leases, notify, outbound
+from . import events, leases, notify, outbound, statements, status_guard
 from .db import database, dialect, transactional
-from .leases import Claim, fence
+from .leases import Claim
 from .models import DependencyWait, Outbound, RemoteAgent, Run
 
 WAITING = RunStatus.WAITING_FOR_DEPENDENCY.value
@@ -47,34 +48,45 @@ def earliest(delegation_deadline: datetime, run_deadline: datetime | None) -> da
 
 @transactional
 def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -> str:
-    """Store the wait and suspend the run on it; returns the pause id. Raises LeaseLost or StatusNotWritable."""
+    """Store the wait and suspend the run on it; returns the pause id. Raises LeaseLost or StatusNotWritable.
+
+    One fenced UPDATE of the run (the lease released, the pause generation, the budget, both events'
+    sequences) that returns what the wait needs; then the wait's INSERT and the `pause` and `status` events.
+    `waiting_for_dependency` is outside the base vocabulary: the gate is asked for the run's origin in this
+    transaction, and a refusal undoes all of it."""
     wait_id = str(uuid.uuid4())
     now = utcnow()
-    due = earliest(s.deadline_at, Run.select(Run.deadline_at).where(Run.id == claim.run_id).scalar())
+    pushed_early = outbound.pushed_early(s.outbound_id)  # first: on a server database it locks the send's row
+    written = statements.update_run(
+        claim.run_id,
+        where={"lease_epoch": claim.epoch, "status": leases.RUNNING},
+        values={"status": WAITING, "lease_holder": None, "lease_expires_at": None, "waiting_on": wait_id,
+                "updated_at": now},
+        add={"pause_generation": 1, "delegations_used": delegations, "bytes_used": bytes_used,
+             "last_event_sequence": 2},
+        returning=("pause_generation", "last_event_sequence", "deadline_at", "origin"),
+    )
+    if written is None:
+        raise LeaseLost(claim.run_id, claim.epoch)
+    generation, sequence, run_deadline, origin = written
+    status_guard.check(WAITING, origin)
+    due = earliest(s.deadline_at, Run.deadline_at.python_value(run_deadline))
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
-    if outbound.pushed_early(s.outbound_id):
+    if pushed_early:
         next_poll_at = now  # the remote agent said something already: look at once (or reconcile)
         database.after_commit(wakeup.dependencies_due)
-    leases.fenced_update(
-        claim,
-        pause_generation=Run.pause_generation + 1,
-        waiting_on=wait_id,
-        delegations_used=Run.delegations_used + delegations,
-        bytes_used=Run.bytes_used + bytes_used,
-    )
-    generation = Run.select(Run.pause_generation).where(Run.id == claim.run_id).scalar()
-    DependencyWait.insert(
+    statements.insert_row(DependencyWait, dict(
         id=wait_id, run=claim.run_id, generation=generation, tool_call_id=s.tool_call_id,
         remote_agent=s.remote_agent, outbound_id=s.outbound_id, checkpoint=s.checkpoint,
         key_fingerprint=s.key_fingerprint, since=now, deadline_at=s.deadline_at, next_poll_at=next_poll_at,
         push_token_sha256=s.push_token_sha256,
-    ).execute()
-    events.append(claim.run_id, fence(claim), "pause", {
+    ))
+    events.record(claim.run_id, sequence - 1, "pause", {
         "kind": "dependency", "pause_id": wait_id, "generation": generation, "tool_call_id": s.tool_call_id,
         "remote_agent": s.remote_agent, "outbound_id": s.outbound_id, "outcome": s.outcome,
         "remote_task_id": s.remote_task_id,
     })
-    leases.suspend(claim, RunStatus.WAITING_FOR_DEPENDENCY)
+    events.record(claim.run_id, sequence, "status", {"from": leases.RUNNING, "to": WAITING})
     notify.notify()  # a coordinator sleeping until the next due time must learn of this one
     return wait_id
 

@@ -13,7 +13,7 @@ from flask import request
 from werkzeug.serving import make_server
 
 from sidecar import bootstrap
-from sidecar.api import create_app
+from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.domain.clock import utcnow
 from sidecar.store import tokens

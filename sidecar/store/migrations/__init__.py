@@ -25,6 +25,7 @@ from . import (
     v07_remote_failures,
     v08_push_tokens,
     v09_runs_list_indexes,
+    v10_pushes_seen,
 )
 
 LOCK_NAME = "nrllm_sidecar_migrate"
@@ -38,6 +39,7 @@ STEPS = {
     7: v07_remote_failures,
     8: v08_push_tokens,
     9: v09_runs_list_indexes,
+    10: v10_pushes_seen,
 }
 # (version, name, apply): the order they run in.
 MIGRATIONS = [(version, step.NAME, step.apply) for version, step in sorted(STEPS.items())]

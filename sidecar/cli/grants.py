@@ -3,8 +3,8 @@ PUT/GET /api/v1/actors/{actor}/grants). Standard output carries the tab-separate
 
 import click
 
-from .bootstrap import from_env as _bind
-from .store import grants
+from ..bootstrap import from_env as _bind
+from ..store import grants
 
 
 @click.group("grants")

@@ -3,10 +3,10 @@ POST /api/v1/outbound/{id}/resend)."""
 
 import click
 
-from .bootstrap import from_env as _bind
-from .domain.clock import rfc3339
-from .domain.errors import NotFound
-from .domain.vocabulary import OutboundKind, OutboundOutcome
+from ..bootstrap import from_env as _bind
+from ..domain.clock import rfc3339
+from ..domain.errors import NotFound
+from ..domain.vocabulary import OutboundKind, OutboundOutcome
 
 
 @click.group("outbound")
@@ -21,7 +21,7 @@ def outbound_group() -> None:
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
 def outbound_list(outcome, run_id, kind, limit) -> None:
     """Rows, newest first: id, kind, outcome, run, remote agent, remote task, created (tab-separated)."""
-    from .store import outbound_listing
+    from ..store import outbound_listing
 
     _bind()
     for row in outbound_listing.list_outbound(outcome=outcome, run_id=run_id, kind=kind, limit=limit):
@@ -37,11 +37,11 @@ def outbound_resend(outbound_id: str) -> None:
     Exits 1 when the row cannot be resent: not a send row that is outcome_unknown, or its run no longer
     waits on it (reconciliation may just have found its task).
     """
-    from .delegation import resend
+    from ..delegation import resend
 
     settings = _bind()
     try:
-        row = resend.resend(outbound_id, settings)
+        row = resend.resend(outbound_id, settings, by="operator:cli")
     except (NotFound, resend.NotResendable) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"resent {outbound_id} as {row.id} ({row.outcome})", err=True)

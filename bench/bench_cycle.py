@@ -1,0 +1,309 @@
+"""The durable delegation cycle end to end, with production's processes: runs created over HTTP, each a model
+turn calling `delegate_to_agent`, the journalled SendMessage to a remote agent in another process, the
+suspension, a poll (or a push) that finds the task completed, the resumption, the final turn, `completed`.
+
+    .venv/bin/python bench/bench_cycle.py                  # full run, compared with the floors
+    .venv/bin/python bench/bench_cycle.py --quick          # a few seconds: proves it works, checks no floor
+    .venv/bin/python bench/bench_cycle.py --databases sqlite --processes 1
+
+`nrllm-sidecar serve --no-worker` (the API) and `nrllm-sidecar worker` (with whatever worker processes it
+starts), each a process tree of its own; this process is the host (a host token, HTTP clients in threads)
+and watches the runs in the database. The agents are registered with a 0.2 s poll interval:
+
+fast        the demo's A2A agent (sidecar/demo_agent.py, standard library) in a process of its own; a task
+            works 10 ms, so the send answers `working` and a poll finds it completed
+sdk         a real a2a-sdk peer (tests/support/peers.py) in a process of its own, `work:0.01:...`
+sdk push    the same peer pushing its task's completion to the API (POST /api/v1/push)
+
+commits/s   the bound: one-row committed transactions through the store's database object, 1 thread, this run
+in flight   runs kept in flight: a new run is created as soon as one ends
+cycles/s    runs completed per second, from the first POST to the last run's finished_at
+p50/p99 ms  end to end per run: from just before its POST to its finished_at
+cpu ms      CPU time per cycle (user and system, /proc/<pid>/stat) of the API processes, of each worker
+            process, and of all of them: the figure that moves least with the machine's load
+
+Checked: every run completed with the agent's answer. Exits 1 when a floor is missed or a check fails.
+"""
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_store import commit_rate
+from bench_waiting import start_peer
+from harness import (
+    ROOT,
+    CheckFailed,
+    address,
+    arguments,
+    check,
+    close_connections,
+    conclude,
+    cpu_seconds,
+    free_port,
+    measuring,
+    percentile,
+    process_tree,
+    sidecar_processes,
+    verdict,
+)
+from scratch_databases import scratch_database
+
+from sidecar import bootstrap
+from sidecar.config import Settings
+from sidecar.domain.clock import utcnow
+from sidecar.domain.sealing import generate_key
+from sidecar.store import consumers, remote_agents, tokens
+from sidecar.store import db as store_db
+from sidecar.store.models import Run
+from sidecar.store.remote_agents import AgentFields
+
+ACTOR = "be_user:1"
+ANSWER = "forty-two"
+POLL_SECONDS = 0.2  # every agent's poll interval
+WORK_SECONDS = 0.01  # of every remote task
+CYCLES_FLOOR = {"sqlite": 100, "postgresql": 150}  # cycles/s with THROUGHPUT_IN_FLIGHT (issue 14)
+CPU_FLOOR_MS = 10.0  # per cycle, all sidecar processes together
+P99_FLOOR_MS = {"fast": 500, "sdk push": 150}  # with LATENCY_IN_FLIGHT
+THROUGHPUT_IN_FLIGHT, LATENCY_IN_FLIGHT = 100, 20
+POSTERS = 4  # client threads creating runs
+
+
+@dataclass(frozen=True)
+class Phase:
+    agent: str  # the registered agent's name, also the row's label
+    in_flight: int
+    runs: int
+
+
+FULL = (Phase("fast", THROUGHPUT_IN_FLIGHT, 1000), Phase("fast", LATENCY_IN_FLIGHT, 400),
+        Phase("sdk", LATENCY_IN_FLIGHT, 400), Phase("sdk push", LATENCY_IN_FLIGHT, 400))
+QUICK = (Phase("fast", 10, 20), Phase("sdk", 5, 10), Phase("sdk push", 5, 10))
+COMMITS = {False: 3000, True: 100}
+
+
+@dataclass
+class Row:
+    dialect: str
+    phase: Phase
+    commits_per_second: float
+    cycles_per_second: float
+    latencies_ms: list[float]
+    api_ms: float
+    worker_ms: list[float]  # per worker process
+
+    @property
+    def total_ms(self) -> float:
+        return self.api_ms + sum(self.worker_ms)
+
+
+def body_for(agent: str) -> str:
+    message = f"work:{WORK_SECONDS}:{ANSWER}" if agent.startswith("sdk") else ANSWER
+    return json.dumps({
+        "input": "Ask the remote agent.",
+        "script": [{"tool_calls": [{"id": "call_1", "name": "delegate_to_agent",
+                                    "arguments": {"agent": agent.replace(" ", "-"), "message": message}}]},
+                   {"content": "Remote said: {last_tool_result}"}],
+        "tools": ["delegate_to_agent"],
+    })
+
+
+class Agents:
+    """The remote agents, each in a process of its own, until stop()."""
+
+    def __init__(self):
+        code = ("import sys; from sidecar.demo_agent import DemoAgent; "
+                f"a = DemoAgent(work_seconds={WORK_SECONDS}).start(); print(a.url, flush=True); sys.stdin.read()")
+        self.fast = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.fast_url = self.fast.stdout.readline().strip()
+        self.sdk, self.sdk_url = start_peer(push=True)
+
+    def register(self) -> None:
+        for name, url, push in (("fast", self.fast_url, False), ("sdk", self.sdk_url, False),
+                                ("sdk-push", self.sdk_url, True)):
+            remote_agents.create_agent(name, AgentFields(url=url, poll_interval_seconds=POLL_SECONDS,
+                                                         deadline_seconds=600, push=push))
+
+    def stop(self) -> None:
+        for proc in (self.fast, self.sdk):
+            proc.stdin.close()
+            proc.wait(30)
+
+
+def drive(port: int, token: str, phase: Phase) -> tuple[float, list[float], list[str]]:
+    """Create phase.runs runs over HTTP, phase.in_flight at a time; (cycles/s, latencies ms, run ids)."""
+    slots = threading.Semaphore(phase.in_flight)
+    lock = threading.Lock()
+    sent: dict[str, object] = {}  # run id -> just before its POST (naive UTC, as the store's times)
+    numbers = iter(range(phase.runs))
+    failures: list[str] = []
+    body = body_for(phase.agent)
+    headers = {"Authorization": f"Bearer {token}", "X-Nrllm-Actor": ACTOR, "Content-Type": "application/json"}
+
+    def post() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        while True:
+            with lock:
+                if next(numbers, None) is None:
+                    return
+            slots.acquire()
+            before = utcnow()
+            try:
+                connection.request("POST", "/api/v1/runs", body=body, headers=headers)
+                answer = connection.getresponse()
+                created = json.loads(answer.read())
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                created, answer = {"error": str(exc)}, None
+            if answer is None or answer.status != 201:
+                failures.append(str(created)[:300])
+                slots.release()
+                continue
+            with lock:
+                sent[created["id"]] = before
+
+    posters = [threading.Thread(target=post, daemon=True) for _ in range(POSTERS)]
+    for thread in posters:
+        thread.start()
+    finished: dict[str, object] = {}
+    deadline = time.monotonic() + 60 + phase.runs / 5
+    while len(finished) + len(failures) < phase.runs:
+        check(time.monotonic() < deadline, f"{phase.runs} runs finished in time ({len(finished)} did)")
+        with lock:
+            pending = [run_id for run_id in sent if run_id not in finished]
+        for start in range(0, len(pending), 500):
+            query = Run.select(Run.id, Run.status, Run.finished_at).where(
+                Run.id.in_(pending[start:start + 500]), Run.finished_at.is_null(False))
+            for run in query:
+                check(run.status == "completed", f"run {run.id} completed (it is {run.status})")
+                finished[run.id] = run.finished_at
+                slots.release()
+        time.sleep(0.01)
+    check(not failures, f"every POST answered 201 ({len(failures)} did not: {failures[:2]})")
+    first, last = min(sent.values()), max(finished.values())
+    latencies = [(finished[run_id] - at).total_seconds() * 1000 for run_id, at in sent.items()]
+    return phase.runs / (last - first).total_seconds(), latencies, list(sent)
+
+
+def check_answers(ids: list[str]) -> None:
+    for start in range(0, len(ids), 500):
+        outputs = {r.output for r in Run.select(Run.output).where(Run.id.in_(ids[start:start + 500]))}
+        check(all(o.startswith("Remote said: ") and ANSWER in o for o in outputs),
+              f"every run completed with the agent's answer (found {sorted(outputs)[:2]})")
+
+
+def api_and_workers(processes: list) -> tuple[list[int], list[int]]:
+    """The API's processes (serve's tree) and the worker processes (the worker command's tree)."""
+    (api, _), (worker, _) = processes
+    return process_tree(api.pid), process_tree(worker.pid)
+
+
+def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, worker_args: list[str],
+            agents: Agents) -> list[Row]:
+    key = generate_key()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="nrllm-bench-cycle-") as directory:
+        logs = Path(directory)
+        bootstrap.start(Settings(instance_path=logs, database_url=url, secret_keys=(key,)), migrate=True)
+        bound = store_db.database.obj
+        store_db.database.execute_sql("CREATE TABLE bench_commits (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+        consumers.replace_report([])  # the host reported its consumers: the gate offers delegation
+        agents.register()
+        token, _ = tokens.create("bench-host", "host")
+        bound_rate = commit_rate(1, COMMITS[quick])
+        close_connections(bound)
+        port = free_port()
+        env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key, "NRLLM_INSTANCE_PATH": directory,
+               "NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": f"http://127.0.0.1:{port}"}
+        specs = (("api", ["serve", "--no-worker", "--port", str(port)], "listening on http://"),
+                 ("worker", ["worker", "--poll-interval", "0.05", *worker_args], "started with"))
+        try:
+            with sidecar_processes(env, logs, *specs) as processes:
+                api_port = address(processes[0][1])[1]
+                time.sleep(1.0)  # every worker process has started
+                for phase in phases:
+                    api_pids, worker_pids = api_and_workers(processes)
+                    before = {pid: cpu_seconds(pid) for pid in api_pids + worker_pids}
+                    rate, latencies, ids = drive(api_port, token, phase)
+                    used = {pid: (cpu_seconds(pid) - before[pid]) * 1000 / phase.runs for pid in before}
+                    check_answers(ids)
+                    rows.append(Row(dialect, phase, bound_rate, rate, latencies, sum(used[p] for p in api_pids),
+                                    [used[p] for p in worker_pids]))
+                    print_row(rows[-1], quick)
+        except CheckFailed as exc:
+            tails = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in logs.glob("*.log"))
+            raise CheckFailed(f"{exc}{tails}") from None
+        finally:
+            close_connections(bound)
+    return rows
+
+
+COLUMNS = (f"{'database':<11}{'agent':<9}{'in flight':>10}{'runs':>6}{'commits/s':>10}{'cycles/s':>9}{'p50 ms':>8}"
+           f"{'p99 ms':>8}{'api ms':>8}{'worker ms':>14}{'cpu ms':>8}")
+
+
+def floors_of(row: Row) -> list[tuple[str, float, bool]]:
+    """(what, floor, met) for every floor this row is compared with."""
+    found = [("cpu ms", CPU_FLOOR_MS, row.total_ms <= CPU_FLOOR_MS)]
+    if row.phase.in_flight == THROUGHPUT_IN_FLIGHT and row.dialect in CYCLES_FLOOR:
+        floor = CYCLES_FLOOR[row.dialect]
+        found.append(("cycles/s", floor, row.cycles_per_second >= floor))
+    if row.phase.in_flight == LATENCY_IN_FLIGHT and row.phase.agent in P99_FLOOR_MS:
+        floor = P99_FLOOR_MS[row.phase.agent]
+        found.append(("p99 ms", floor, percentile(row.latencies_ms, 0.99) < floor))
+    return found
+
+
+def print_row(row: Row, quick: bool) -> None:
+    workers = "+".join(f"{ms:.1f}" for ms in row.worker_ms)
+    verdicts = ", ".join(f"{what} {verdict(floor, met, quick)}" for what, floor, met in floors_of(row))
+    print(f"{row.dialect:<11}{row.phase.agent:<9}{row.phase.in_flight:>10}{row.phase.runs:>6}"
+          f"{row.commits_per_second:>10.0f}{row.cycles_per_second:>9.1f}{percentile(row.latencies_ms, 0.5):>8.0f}"
+          f"{percentile(row.latencies_ms, 0.99):>8.0f}{row.api_ms:>8.2f}{workers:>14}{row.total_ms:>8.2f}  {verdicts}",
+          flush=True)
+
+
+def misses(rows: list[Row]) -> list[str]:
+    return [f"{row.dialect} {row.phase.agent} ({row.phase.in_flight} in flight): {what} floor {floor} MISSED"
+            for row in rows for what, floor, met in floors_of(row) if not met]
+
+
+def main() -> int:
+    parser = arguments(__doc__, quick_help="a few runs per phase; checks they complete, not the floors")
+    parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's)")
+    args = parser.parse_args()
+    phases = QUICK if args.quick else FULL
+    worker_args = ["--processes", str(args.processes)] if args.processes else []
+    print(f"cycle benchmark ({'quick' if args.quick else 'full'}): agents polled every {POLL_SECONDS} s, "
+          f"worker {' '.join(['--poll-interval', '0.05', *worker_args])}")
+    print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} (1 min) before this benchmark")
+    print(COLUMNS + "  floors", flush=True)
+    agents = Agents()
+    rows: list[Row] = []
+    problems: list[str] = []
+    try:
+        for dialect in args.databases:
+            with measuring(dialect, args.quick, problems), scratch_database(dialect) as url:
+                rows += measure(dialect, url, phases, args.quick, worker_args, agents)
+    finally:
+        agents.stop()
+    for row in rows:
+        if not (row.cycles_per_second > 0 and row.latencies_ms and row.total_ms > 0):
+            problems.append(f"{row.dialect} {row.phase.agent}: a figure is missing")
+    if not args.quick:
+        problems += misses(rows)
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
+    return conclude(problems)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    sys.exit(main())
