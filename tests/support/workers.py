@@ -85,16 +85,17 @@ class _TickCount:
 
 
 def _counting_ticks(coordinator: Coordinator) -> Coordinator:
-    """The coordinator, counting the ticks it finished (for `wait_for_ticks`)."""
-    count, tick = _TickCount(), coordinator.tick
+    """The coordinator, counting its finished ticks (for `wait_for_ticks`). A tick polls what is due, if
+    anything, then sends the due cancels; the cancels are sent on every tick, so their end is counted."""
+    count, send_cancels = _TickCount(), coordinator.send_cancels
 
-    def counted_tick(*args, **kwargs):
+    def counted(*args, **kwargs):
         try:
-            return tick(*args, **kwargs)
+            return send_cancels(*args, **kwargs)
         finally:
             count.add()
 
-    coordinator.tick = counted_tick
+    coordinator.send_cancels = counted
     coordinator.tick_count = count
     return coordinator
 
