@@ -12,7 +12,7 @@ $(BIN)/nrllm-sidecar: pyproject.toml
 	touch $@
 
 # tests/example_plugin is a separate package that the tests load through its entry point, as a third-party
-# plugin, without installing it (tests/plugin_site.py): `make run` serves the sidecar without it. Older
+# plugin, without installing it (tests/support/plugin_site.py): `make run` serves the sidecar without it. Older
 # checkouts installed it into .venv; take it out again if it is there.
 EXAMPLE_PLUGIN_REMOVED := $(VENV)/.example-plugin-removed
 $(EXAMPLE_PLUGIN_REMOVED): $(BIN)/nrllm-sidecar

@@ -12,7 +12,7 @@ and watches the runs in the database. The agents are registered with a 0.2 s pol
 
 fast        the demo's A2A agent (sidecar/demo_agent.py, standard library) in a process of its own; a task
             works 10 ms, so the send answers `working` and a poll finds it completed
-sdk         a real a2a-sdk peer (tests/a2a_peer.py) in a process of its own, `work:0.01:...`
+sdk         a real a2a-sdk peer (tests/support/peers.py) in a process of its own, `work:0.01:...`
 sdk push    the same peer pushing its task's completion to the API (POST /api/v1/push)
 
 commits/s   the bound: one-row committed transactions through the store's database object, 1 thread, this run

@@ -5,7 +5,7 @@ that the task is done, per database, with production's processes.
     .venv/bin/python bench/bench_push.py --quick          # a few seconds: proves it works, checks no floor
     .venv/bin/python bench/bench_push.py --databases sqlite,postgresql,mysql
 
-A real a2a-sdk peer with push notifications (tests/a2a_peer.py, its own process), `nrllm-sidecar serve
+A real a2a-sdk peer with push notifications (tests/support/peers.py, its own process), `nrllm-sidecar serve
 --no-worker` receiving its pushes at POST /api/v1/push, and `nrllm-sidecar worker` (production settings:
 the coordinator polls the due index every 250 ms, and on PostgreSQL also LISTENs). The agent is polled
 only every 60 s, so a run resumes that soon only because of the push. Each run delegates

@@ -35,8 +35,8 @@ from sidecar.domain.lease import LeasePolicy  # noqa: E402
 from sidecar.domain.sealing import generate_key  # noqa: E402
 from sidecar.store import db, leases, migrations, runs, tokens  # noqa: E402
 from sidecar.store.models import Run  # noqa: E402
-from tests.serve_support import cpu_seconds, process_tree, start_serve  # noqa: E402
-from tests.stream_crowd import StreamCrowd  # noqa: E402
+from tests.support.servers import cpu_seconds, process_tree, start_serve  # noqa: E402
+from tests.support.streams import StreamCrowd  # noqa: E402
 
 ACTOR = "be_user:1"
 FLOORS = {"create": 50.0, "read": 20.0, "health": 50.0}  # p99 ms

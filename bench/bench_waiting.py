@@ -16,7 +16,7 @@ tick s      Coordinator(batch=due).tick(): claims and polls every due wait in on
 worker MB   peak RSS (VmHWM) of a worker process (AgentLoop, 4 threads, a coordinator with production
             settings) that ran `worker_seconds` while `due` waits came due every second, with `small` and
             with `big` runs waiting; flat: the difference stays under FLAT_MB
-cycles/s    a real a2a-sdk peer (tests/a2a_peer.py, in its own process) and a `nrllm-sidecar worker`
+cycles/s    a real a2a-sdk peer (tests/support/peers.py, in its own process) and a `nrllm-sidecar worker`
             process (production settings, agent polled every 0.2 s): `cycles` runs created at once, each
             delegating `work:0.1:...` (send, suspend, poll, resume, complete), over the time from the first
             creation to the last completion
@@ -323,8 +323,8 @@ def misses(rows: list[Row]) -> list[str]:
 
 
 def start_peer(push: bool = False) -> tuple[subprocess.Popen, str]:
-    """A real a2a-sdk peer (tests/a2a_peer.py) in its own process, until its standard input closes."""
-    code = (f"import sys; from tests.a2a_peer import Peer; p = Peer(card='1.0', push={push}).start(); "
+    """A real a2a-sdk peer (tests/support/peers.py) in its own process, until its standard input closes."""
+    code = (f"import sys; from tests.support.peers import Peer; p = Peer(card='1.0', push={push}).start(); "
             "print(p.url, flush=True); sys.stdin.read()")
     # Its log is not shown: the benchmark prints its own figures, and the peer's log would bury them.
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

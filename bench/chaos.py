@@ -6,7 +6,7 @@
     .venv/bin/python bench/chaos.py --seed 1 --first 100 --schedules 100     # schedules 100 to 199 of seed 1
 
 A schedule (drawn from a random generator seeded with the seed and its number) is: a fresh database, 2 or 3
-`nrllm-sidecar worker` processes, a real a2a-sdk peer process (tests/a2a_peer.py) behind a proxy that injects
+`nrllm-sidecar worker` processes, a real a2a-sdk peer process (tests/support/peers.py) behind a proxy that injects
 faults, on half of the schedules an API process that takes the peer's pushes, 10 to 24 runs (half of them
 delegate to the peer, the others use local tools only), and 1 to 4 faults at random times of the first
 seconds. Fault kinds (--faults, any combination):
@@ -65,7 +65,7 @@ from sidecar.domain.sealing import generate_key
 from sidecar.store import consumers, db, remote_agents, runs
 from sidecar.store.models import Run, WorkerHeartbeat
 from sidecar.store.remote_agents import AgentFields
-from tests.lossy_proxy import FaultyProxy
+from tests.support.network import FaultyProxy
 
 FAULT_KINDS = ("kill", "kill-journal", "kill-send", "term", "db", "peer-500", "peer-close", "peer-json",
                "peer-hang", "peer-lose", "peer-restart")

@@ -3,7 +3,7 @@ proxy, the optional API process that takes pushes, and private database servers 
 
 The worker and peer processes are this module run as a program (`--child-worker`, `--child-peer`): a worker
 is `nrllm-sidecar worker` with one more tool, `tally`, whose every execution appends a line to a file, so a
-tool effect that happens twice is seen; the peer is tests/a2a_peer.py recording every request and task.
+tool effect that happens twice is seen; the peer is tests/support/peers.py recording every request and task.
 """
 
 import collections
@@ -19,9 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # tests.a2a_peer, tests.lossy_proxy, tests.private_servers
+    sys.path.insert(0, str(ROOT))  # tests.support: the peer, the faulty proxy, the private servers
 
-from tests.private_servers import PrivateMariaDB, PrivatePostgres, free_port  # noqa: E402
+from tests.support.private_servers import PrivateMariaDB, PrivatePostgres, free_port  # noqa: E402
 
 TALLY_ENV = "NRLLM_CHAOS_TALLY"
 WORKER_GRACE = 1.0  # --grace of the worker processes: a SIGTERM releases what is left after a second
@@ -65,7 +65,7 @@ def child_worker(args: list[str]) -> None:
 
 def child_peer(port: int, record: str) -> None:
     """A real a2a-sdk peer (with push notifications) on this port until its standard input closes."""
-    from tests.a2a_peer import Peer
+    from tests.support.peers import Peer
 
     Peer(card="1.0", push=True, port=port, record=record).start()
     print("ready", flush=True)

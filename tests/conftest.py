@@ -1,169 +1,28 @@
-"""Databases for the tests: a SQLite file per test; a PostgreSQL and a MariaDB database per test process.
-
-Server databases are created with a unique name and dropped at the end, so concurrent runs never see
-each other's rows; tables are emptied between tests. Without a reachable server those tests skip with a
-message, except under CI=true, where they fail.
-"""
+"""The tests' fixtures live in tests/support/ (its __init__ says which module holds what); they are
+registered here for every test module."""
 
 import os
-import uuid
 
 import pytest
-from peewee import sort_models
 
-from sidecar.store import db as store_db
-from sidecar.store import migrations
-from sidecar.store.models import BaseModel, SchemaMigration
-from tests.api_helpers import TEST_SECRET_KEY
-from tests.helpers import ROOT
-from tests.plugin_site import make_importable
-from tests.private_servers import private_mariadb, private_postgres  # noqa: F401 - fixtures for the tests
+# The support's assertions explain themselves in failures as the tests' own do.
+pytest.register_assert_rewrite("tests.support")
+
+from tests.support import ROOT  # noqa: E402 - after the rewrite is registered
+from tests.support.api import TEST_SECRET_KEY  # noqa: E402
+from tests.support.plugin_site import make_importable  # noqa: E402
+
+pytest_plugins = [
+    "tests.support.databases",
+    "tests.support.private_servers",
+    "tests.support.api",
+    "tests.support.workers",
+    "tests.support.delegation",
+]
 
 # The example plugin is loaded through its entry point, as a third-party plugin, but never installed into
-# .venv, so `make run` serves the sidecar without it (tests/plugin_site.py).
+# .venv, so `make run` serves the sidecar without it (tests/support/plugin_site.py).
 make_importable(ROOT / "tests" / "example_plugin")
 
-PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-MYSQL_ADMIN = os.environ.get("NRLLM_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
-IN_CI = os.environ.get("CI", "").lower() == "true"
 # PostgreSQL and MariaDB need sealing keys; processes the tests start inherit this one.
 os.environ["NRLLM_SECRET_KEYS"] = TEST_SECRET_KEY
-DIALECTS = ["sqlite", "postgresql", "mysql"]
-
-
-def _unavailable(what: str, exc: Exception):
-    message = f"{what} is not reachable ({exc}); its tests are skipped"
-    if IN_CI:
-        pytest.fail(f"{message}, but CI=true requires them", pytrace=False)
-    pytest.skip(message)
-
-
-def _with_database(admin_url: str, name: str) -> str:
-    base, _, _ = admin_url.rpartition("/")
-    return f"{base}/{name}"
-
-
-def _create_postgres(name: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_ADMIN, connect_timeout=3)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-
-
-def _drop_postgres(name: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_ADMIN, connect_timeout=3)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
-
-
-def _mysql_admin():
-    import pymysql
-
-    from sidecar.store.db import connect
-
-    params = connect(MYSQL_ADMIN).connect_params
-    return pymysql.connect(
-        host=params["host"], port=params.get("port", 3306), user=params["user"], password=params.get("password", ""),
-        connect_timeout=3, autocommit=True,
-    )
-
-
-def _create_mysql(name: str) -> None:
-    conn = _mysql_admin()
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-    conn.close()
-
-
-def _drop_mysql(name: str) -> None:
-    conn = _mysql_admin()
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    conn.close()
-
-
-_SERVERS = {
-    "postgresql": (PG_ADMIN, _create_postgres, _drop_postgres),
-    "mysql": (MYSQL_ADMIN, _create_mysql, _drop_mysql),
-}
-
-
-@pytest.fixture(scope="session")
-def server_databases():
-    """Lazily created server databases of this test process: dialect -> URL (or the error)."""
-    created: dict[str, object] = {}
-
-    def get(dialect: str) -> str:
-        if dialect not in created:
-            admin, create, _ = _SERVERS[dialect]
-            name = f"nrllm_test_{uuid.uuid4().hex[:12]}"
-            try:
-                create(name)
-                created[dialect] = (name, _with_database(admin, name))
-            except Exception as exc:  # any failure to reach the server
-                created[dialect] = exc
-        value = created[dialect]
-        if isinstance(value, Exception):
-            _unavailable(dialect, value)
-        return value[1]
-
-    yield get
-    for dialect, value in created.items():
-        if not isinstance(value, Exception):
-            _SERVERS[dialect][2](value[0])
-
-
-def _empty_tables() -> None:
-    """Every table but the migration log, rows that others refer to last."""
-    for model in reversed(sort_models(BaseModel.__subclasses__())):
-        if model is not SchemaMigration:
-            model.delete().execute()
-
-
-@pytest.fixture(params=DIALECTS)
-def database_url(request, tmp_path, server_databases):
-    """A migrated, empty database of each kind, bound as the store's database for this test."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'sidecar.db'}"
-    else:
-        url = server_databases(request.param)
-    bound = store_db.bind(url)
-    migrations.upgrade()
-    _empty_tables()
-    yield url
-    if not bound.is_closed():
-        bound.close()
-    if hasattr(bound, "close_all"):
-        bound.close_all()
-
-
-@pytest.fixture(params=DIALECTS)
-def fresh_database_url(request, tmp_path):
-    """A new, empty, unmigrated database of each kind (not bound), dropped after the test."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    admin, create, drop = _SERVERS[request.param]
-    name = f"nrllm_test_{uuid.uuid4().hex[:12]}"
-    try:
-        create(name)
-    except Exception as exc:
-        _unavailable(request.param, exc)
-    yield _with_database(admin, name)
-    drop(name)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'sidecar.db'}"
-    store_db.bind(url)
-    migrations.upgrade()
-    yield url
-    store_db.database.close()

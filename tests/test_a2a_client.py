@@ -19,8 +19,8 @@ from sidecar.delegation.types import (
     AgentEndpoint,
     RemoteError,
 )
-from tests.a2a_peer import V03_PATH, V1_PATH, PeerPool
-from tests.lossy_proxy import CannedServer, SilentServer, http_answer
+from tests.support.network import CannedServer, SilentServer, http_answer
+from tests.support.peers import V03_PATH, V1_PATH, PeerPool
 
 ALLOW = ["127.0.0.1"]
 

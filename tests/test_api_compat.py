@@ -10,10 +10,8 @@ from sidecar.plugins import plugin_manager
 from sidecar.store import leases, runs
 from sidecar.store.models import ConsumerReportState, ReportedConsumerRow
 from sidecar.store.status_guard import StatusNotWritable
-from tests.api_helpers import as_host, as_operator
-from tests.helpers import run_row
-
-pytest_plugins = ["tests.api_support"]
+from tests.support.api import as_host, as_operator
+from tests.support.runs import run_row
 
 DEPENDENCY = "waiting_for_dependency"
 

@@ -5,9 +5,7 @@ import re
 
 from sidecar.api.error_codes import ERROR_CODES
 from sidecar.api.event_schemas import PAYLOADS
-from tests.helpers import ROOT
-
-pytest_plugins = ["tests.api_support"]
+from tests.support import ROOT
 
 PAGE = (ROOT / "docs" / "http-api.md").read_text()
 SOURCES = [p.read_text() for p in (ROOT / "sidecar").rglob("*.py") if p.name != "testing.py"]

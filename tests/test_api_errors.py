@@ -11,9 +11,7 @@ import pytest
 from werkzeug.routing import UUIDConverter
 
 from sidecar.store import runs, tokens
-from tests.api_helpers import ACTOR, as_host, as_operator, row_counts
-
-pytest_plugins = ["tests.api_support"]
+from tests.support.api import ACTOR, as_host, as_operator, row_counts
 
 RUN = "{run}"  # replaced by a run of ACTOR
 GOOD_BODY = {"input": "hello"}

@@ -12,10 +12,8 @@ from sidecar.domain.clock import utcnow
 from sidecar.domain.sealing import generate_key
 from sidecar.store import remote_agents, runs
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent, WorkerHeartbeat
-from tests.api_helpers import as_host, as_operator
+from tests.support.api import as_host, as_operator
 from tests.test_address_guard import CARRIED
-
-pytest_plugins = ["tests.api_support"]
 
 SECRET = "Bearer s3cr3t-value-nobody-may-see"
 ALLOWED_HOST = "agents.test"  # on the allow-list by name: accepted without a name lookup

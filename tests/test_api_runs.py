@@ -8,10 +8,10 @@ from sidecar.domain.clock import utcnow
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import leases, runs, tokens
 from sidecar.store.models import IdempotencyRecord, Run
-from tests.api_helpers import ACTOR, OTHER_ACTOR, as_host, as_operator, row_counts
-from tests.helpers import event_kinds, run_row, steps_input, wait_until
-
-pytest_plugins = ["tests.api_support"]
+from sidecar.testing import StepExecutor
+from tests.support.api import ACTOR, OTHER_ACTOR, as_host, as_operator, row_counts
+from tests.support.runs import event_kinds, run_row, steps_input
+from tests.support.waiting import wait_until
 
 RUN_KEYS = {
     "id", "status", "owner", "workspace", "origin", "input", "output", "termination_reason", "created_at",
@@ -154,7 +154,8 @@ def test_cancel_a_running_run_requests_it_and_again_changes_nothing(client, host
     assert event_kinds(run_id) == ["status", "status", "cancel_requested"]
 
 
-def test_a_worker_cancels_a_requested_run_at_its_next_step_boundary(client, host_token, worker):
+def test_a_worker_cancels_a_requested_run_at_its_next_step_boundary(client, host_token, start_worker):
+    start_worker(StepExecutor(), coordinators=0)
     run_id = _create(client, host_token, {"input": steps_input(*[{"sleep": 0.05}] * 400)})["id"]
     wait_until(lambda: run_row(run_id).status == "running", what="the worker to claim the run")
     assert client.post(f"/api/v1/runs/{run_id}/cancel", headers=as_host(host_token)).status_code == 200

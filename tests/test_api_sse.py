@@ -7,11 +7,11 @@ from sidecar.domain.lease import LeasePolicy
 from sidecar.store import leases, runs
 from sidecar.store.events import list_events
 from sidecar.store.models import Run
-from tests.api_helpers import ACTOR, as_host
-from tests.helpers import run_row, sequences, steps_input, wait_until
-from tests.sse_client import EventStream
-
-pytest_plugins = ["tests.api_support"]
+from sidecar.testing import StepExecutor
+from tests.support.api import ACTOR, as_host
+from tests.support.runs import run_row, sequences, steps_input
+from tests.support.streams import EventStream
+from tests.support.waiting import wait_until
 
 
 def follow(base_url: str, run_id: str, headers: dict) -> EventStream:
@@ -30,7 +30,8 @@ def _create(steps, output="done") -> str:
     return runs.create_run(ACTOR, steps_input(*steps, output=output))
 
 
-def test_sse_a_client_reading_a_running_run_sees_every_event_once_in_order(live_server, host_token, worker):
+def test_sse_a_client_reading_a_running_run_sees_every_event_once_in_order(live_server, host_token, start_worker):
+    start_worker(StepExecutor(), coordinators=0)
     run_id = _create([{"sleep": 0.03, "event": f"step {i}"} for i in range(25)])
     wait_until(lambda: run_row(run_id).status == "running", what="the worker to start the run")
     stream = follow(live_server, run_id, as_host(host_token))
@@ -44,7 +45,8 @@ def test_sse_a_client_reading_a_running_run_sees_every_event_once_in_order(live_
         f"step {i}" for i in range(25)]
 
 
-def test_sse_a_client_that_disconnects_does_not_disturb_the_run(live_server, host_token, worker):
+def test_sse_a_client_that_disconnects_does_not_disturb_the_run(live_server, host_token, start_worker):
+    start_worker(StepExecutor(), coordinators=0)
     run_id = _create([{"sleep": 0.05, "event": f"step {i}"} for i in range(30)])
     stream = follow(live_server, run_id, as_host(host_token))
     seen = []

@@ -11,8 +11,8 @@ import sys
 import psycopg2
 import pytest
 
-from tests.conftest import IN_CI, PG_ADMIN
-from tests.helpers import ROOT
+from tests.support import ROOT
+from tests.support.databases import IN_CI, PG_ADMIN
 
 # A row of bench_store's table: database, threads, commits/s, claims/s, segments/s. Other benchmarks
 # print tables of the same shape, hence the sections of run_all's output.

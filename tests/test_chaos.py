@@ -18,10 +18,10 @@ import sys
 import pytest
 import requests
 
-from tests.a2a_peer import V1_PATH, PeerPool
-from tests.conftest import IN_CI
-from tests.helpers import ROOT
-from tests.lossy_proxy import FaultyProxy
+from tests.support import ROOT
+from tests.support.databases import IN_CI
+from tests.support.network import FaultyProxy
+from tests.support.peers import V1_PATH, PeerPool
 
 SHORT_RUN_FAULTS = "kill,kill-journal,kill-send,term,db,peer-500,peer-close,peer-json,peer-hang,peer-lose,peer-restart"
 

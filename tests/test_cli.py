@@ -15,7 +15,8 @@ from sidecar.store import db as store_db
 from sidecar.store import events, runs
 from sidecar.store.migrations import MIGRATIONS
 from sidecar.store.models import Run, SchemaMigration
-from tests.helpers import ROOT, wait_until
+from tests.support import ROOT
+from tests.support.waiting import wait_until
 
 
 def _cli(*args, env):
@@ -80,7 +81,7 @@ def test_serve_hands_back_a_run_its_worker_still_holds_after_the_grace_and_exits
            "NRLLM_TEST_CALL_LOG": str(tool_log)}
     run_id = runs.create_run("be_user:7", "work", spec={"provider": "scripted", "script": [
         {"tool_calls": [{"id": "call_1", "name": "tick", "arguments": {"seconds": 60}}]}, {"content": "never"}]})
-    proc = _cli("serve", "--port", "0", "--grace", "0.5", "--executor", "tests.engine_support:TickingAgentLoop",
+    proc = _cli("serve", "--port", "0", "--grace", "0.5", "--executor", "tests.support.engine:TickingAgentLoop",
                 env=env)
     try:
         wait_until(lambda: "start" in tool_log.read_text() if tool_log.exists() else False, timeout=60,

@@ -9,10 +9,8 @@ import pytest
 
 from sidecar.store import console_queries, runs, tokens
 from sidecar.store.models import ApiToken, RemoteAgent
-from tests.api_helpers import ACTOR
-from tests.decision_helpers import INPUT_SCRIPT, paused_run
-
-pytest_plugins = ["tests.api_support"]
+from tests.support.api import ACTOR
+from tests.support.decisions import INPUT_SCRIPT, paused_run
 
 
 @pytest.fixture

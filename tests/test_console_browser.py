@@ -8,27 +8,21 @@ under CI=true they fail instead (.ci/run installs chromium)."""
 
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
 
-from sidecar.app import create_app
-from sidecar.config import Settings
-from sidecar.delegation.coordinator import Coordinator
-from sidecar.domain.lease import LeasePolicy
-from sidecar.engine import AgentLoop
-from sidecar.engine.registry import build_registry
 from sidecar.store import consumers, migrations, runs, tokens
 from sidecar.store import db as store_db
 from sidecar.store.models import ApiToken, Outbound
-from sidecar.worker import Worker
-from tests.a2a_peer import PeerPool
-from tests.api_helpers import ACTOR, TEST_SECRET_KEY
-from tests.decision_helpers import INPUT_SCRIPT
-from tests.delegation_helpers import delegating_run, register
-from tests.helpers import ROOT, run_row, wait_until
+from tests.support import ROOT
+from tests.support.api import ACTOR, app_for, served, settings_for
+from tests.support.decisions import INPUT_SCRIPT
+from tests.support.delegation import delegating_run, register
+from tests.support.peers import PeerPool
+from tests.support.runs import run_row
+from tests.support.waiting import wait_until
+from tests.support.workers import worker_in_thread
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -73,19 +67,13 @@ def sidecar(tmp_path_factory):
     url = f"sqlite:///{directory / 'sidecar.db'}"
     bound = store_db.bind(url)
     migrations.upgrade()
-    settings = Settings(instance_path=directory, database_url=url, lease_seconds=5.0,
-                        remote_allow=("127.0.0.1",), secret_keys=(TEST_SECRET_KEY,))
-    app = create_app(settings, bind_database=False)
+    settings = settings_for(url, directory)
+    app = app_for(settings)
     consumers.replace_report([])  # an empty report opens the gate: delegation is offered
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    threading.Thread(target=server.serve_forever, name="console-server", daemon=True).start()
-    worker = Worker(AgentLoop(build_registry(settings)), LeasePolicy(settings.lease_seconds), concurrency=4,
-                    poll_interval=0.05, companions=(Coordinator(settings, tick_seconds=0.05),))
-    worker.start()
-    with PeerPool() as peers:
-        yield f"http://127.0.0.1:{server.server_port}", peers
+    worker = worker_in_thread(settings, concurrency=4)
+    with served(app) as base, PeerPool() as peers:
+        yield base, peers
         worker.stop(grace=5)
-        server.shutdown()
     bound.close()
 
 

@@ -10,10 +10,11 @@ from sidecar.engine.registry import build_registry
 from sidecar.hookspecs import hookimpl
 from sidecar.plugins import build_plugin_manager
 from sidecar.segment import Segment, execute_segment
-from sidecar.store import leases, notes, runs
+from sidecar.store import notes, runs
 from sidecar.store.models import ToolResult
-from tests.engine_support import LEASE, FunctionTool, make_settings, request_cancel, requeue_as_the_reaper_would
-from tests.helpers import run_row
+from tests.support.engine import FunctionTool, make_settings, request_cancel, requeue_as_the_reaper_would
+from tests.support.runs import run_row
+from tests.support.segments import claim_next
 
 
 class CarefulPlugin:
@@ -46,7 +47,7 @@ def _queue(budget=None) -> str:
 
 
 def _segment() -> Segment:
-    (claim,) = leases.claim_queued("test-worker", 1, LEASE)
+    claim = claim_next()
     return Segment(claim, runs.get_run(claim.run_id))
 
 

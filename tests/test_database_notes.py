@@ -15,7 +15,7 @@ from sidecar.store import db as store_db
 from sidecar.store import leases, runs, turns
 from sidecar.store.db import SQLITE_BUSY_TIMEOUT_SECONDS, transactional
 from sidecar.store.models import Run
-from tests.api_helpers import ACTOR
+from tests.support.api import ACTOR
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 mysql_only = pytest.mark.parametrize("database_url", ["mysql"], indirect=True)

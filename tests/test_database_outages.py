@@ -1,6 +1,6 @@
 """Database outages: a server restart (PostgreSQL, MariaDB) or a SQLite lock held past the busy timeout.
 
-The process tests run a real `nrllm-sidecar worker` against a private server (tests/private_servers.py),
+The process tests run a real `nrllm-sidecar worker` against a private server (tests/support/private_servers.py),
 stop the server for a few seconds and start it again: the same worker process goes on (runs queued before
 the outage and after it complete), its log says once that the database is unavailable and once that it is
 back, and the API answers 503 database_unavailable with Retry-After meanwhile and 2xx after.
@@ -16,13 +16,13 @@ import uuid
 
 import pytest
 
-from sidecar.app import create_app
-from sidecar.config import Settings
 from sidecar.store import db as store_db
 from sidecar.store import migrations, notify, runs, tokens
-from tests.api_helpers import TEST_SECRET_KEY, as_host, row_counts
-from tests.helpers import run_row, start_worker, steps_input, stop_process, wait_until
-from tests.private_servers import free_port
+from tests.support.api import app_for, as_host, row_counts, settings_for
+from tests.support.private_servers import free_port
+from tests.support.runs import run_row, steps_input
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process
 
 STEPS = ("--executor", "sidecar.testing:StepExecutor")
 UNAVAILABLE = "the database is unavailable"
@@ -102,10 +102,8 @@ def restartable(request):
 
 
 def _api(url: str, tmp_path):
-    settings = Settings(instance_path=tmp_path, database_url=url, lease_seconds=3.0, secret_keys=(TEST_SECRET_KEY,))
-    app = create_app(settings, bind_database=False)
-    app.config["PROPAGATE_EXCEPTIONS"] = False  # a bug answers 500 as in production, and the test sees it
-    return app.test_client()
+    # The lease of the worker processes below: health judges their heartbeats by it.
+    return app_for(settings_for(url, tmp_path, lease_seconds=3.0)).test_client()
 
 
 def _unavailable_seconds(metrics_port: int) -> float:
@@ -128,8 +126,8 @@ def test_a_worker_goes_on_after_a_server_restart_and_the_api_answers_503_meanwhi
     token = tokens.create("host", "host")[0]
     log_path = tmp_path / "worker.log"
     metrics_port = free_port()
-    worker = start_worker(url, *STEPS, "--concurrency", "1", "--metrics-port", str(metrics_port), lease=3.0,
-                          log_path=log_path)
+    worker = start_worker_process(url, *STEPS, "--concurrency", "1", "--metrics-port", str(metrics_port), lease=3.0,
+                                  log_path=log_path)
     try:
         warm = runs.create_run("owner", steps_input({"event": "warm"}))
         wait_until(lambda: run_row(warm).status == "completed", what="the first run")
@@ -220,7 +218,7 @@ def test_a_worker_goes_on_after_a_sqlite_lock_held_past_the_busy_timeout(tmp_pat
     token = tokens.create("host", "host")[0]
     client = _api(url, tmp_path)
     log_path = tmp_path / "worker.log"
-    worker = start_worker(url, *STEPS, log_path=log_path)
+    worker = start_worker_process(url, *STEPS, log_path=log_path)
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         first = runs.create_run("owner", steps_input({"event": "before"}))
@@ -267,7 +265,7 @@ def test_a_worker_started_during_an_outage_waits_for_the_database_instead_of_exi
     queued = runs.create_run("owner", steps_input({"event": "queued"}))
     server.stop()
     log_path = tmp_path / "worker.log"
-    worker = start_worker(url, *STEPS, "--concurrency", "1", lease=3.0, log_path=log_path)
+    worker = start_worker_process(url, *STEPS, "--concurrency", "1", lease=3.0, log_path=log_path)
     try:
         wait_until(lambda: _log_lines(log_path, UNAVAILABLE) == 1, timeout=40, what="the worker to log the outage")
         assert worker.poll() is None, f"the worker exited during the outage:\n{log_path.read_text()}"

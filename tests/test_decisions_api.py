@@ -9,22 +9,12 @@ import pytest
 from sidecar.api import streaming
 from sidecar.store import grants, notes, runs, tokens
 from sidecar.store.models import Decision, IdempotencyRecord, Run
-from tests.api_helpers import ACTOR, OTHER_ACTOR, as_host, as_operator
-from tests.decision_helpers import (
-    INPUT_SCRIPT,
-    NOTE_TURN,
-    body,
-    kinds,
-    pause_of,
-    paused_run,
-    payloads,
-    state,
-)
-from tests.helpers import run_row, wait_until
-from tests.sse_client import EventStream
+from tests.support.api import ACTOR, OTHER_ACTOR, as_host, as_operator
+from tests.support.decisions import INPUT_SCRIPT, NOTE_TURN, body, pause_of, paused_run, state
+from tests.support.runs import event_kinds, event_payloads, run_row
+from tests.support.streams import EventStream
+from tests.support.waiting import wait_until
 from tests.test_input_schemas import LINEAR_BOUND_SECONDS, REDOS_INPUT, REDOS_PATTERN
-
-pytest_plugins = ["tests.api_support", "tests.decision_support"]
 
 GRANTEE = "be_user:9"
 
@@ -33,7 +23,7 @@ def post(client, run_id, sent, token, actor=ACTOR, **headers):
     return client.post(f"/api/v1/runs/{run_id}/decision", json=sent, headers=as_host(token, actor, **headers))
 
 
-def test_store_answers_202_with_the_receipt_and_a_worker_continues(client, host_token, settings, agent_worker):
+def test_store_answers_202_with_the_receipt_and_a_worker_continues(client, host_token, settings, start_worker):
     run_id = paused_run(settings=settings)
     pause = pause_of(run_id)
     response = post(client, run_id, body(run_id, comment="go"), host_token)
@@ -45,10 +35,10 @@ def test_store_answers_202_with_the_receipt_and_a_worker_continues(client, host_
     assert receipt["stored_at"].endswith("Z")
     row = run_row(run_id)
     assert (row.status, row.continuation) == ("queued", receipt["receipt_id"])
-    agent_worker()
+    start_worker()
     wait_until(lambda: run_row(run_id).status == "completed", what="a worker to continue the run")
     assert run_row(run_id).output == "done: note written: hello" and notes.of_run(run_id) == ["hello"]
-    (decision,) = payloads(run_id, "decision")
+    (decision,) = event_payloads(run_id, "decision")
     assert (decision["by"], decision["comment"], decision["receipt_id"]) == (ACTOR, "go", receipt["receipt_id"])
 
 
@@ -58,8 +48,9 @@ def test_now_answers_the_run_when_the_segment_ends(client, host_token, settings)
     assert response.status_code == 200, response.json
     assert (response.json["status"], response.json["output"]) == ("completed", "done: note written: hello")
     assert notes.of_run(run_id) == ["hello"]
-    assert kinds(run_id)[-9:] == ["status", "decision", "status", "status", "resume", "note", "tool", "llm", "status"]
-    holders = [e for e in payloads(run_id, "status") if e["to"] == "running"]
+    assert event_kinds(run_id)[-9:] == [
+        "status", "decision", "status", "status", "resume", "note", "tool", "llm", "status"]
+    holders = [e for e in event_payloads(run_id, "status") if e["to"] == "running"]
     assert len(holders) == 2
 
 
@@ -99,18 +90,18 @@ def test_a_client_that_leaves_the_stream_does_not_break_the_run(live_server, hos
             break
     stream.close()
     wait_until(lambda: run_row(run_id).status == "completed", what="the run to end without its client")
-    assert notes.of_run(run_id) == ["hello"] and "lease_lost" not in kinds(run_id)
+    assert notes.of_run(run_id) == ["hello"] and "lease_lost" not in event_kinds(run_id)
     assert run_row(run_id).output == "done"
 
 
-def test_input_store_then_worker(client, host_token, settings, agent_worker):
+def test_input_store_then_worker(client, host_token, settings, start_worker):
     run_id = paused_run(INPUT_SCRIPT, settings=settings)
     response = post(client, run_id, body(run_id, "input", input={"page": 7}), host_token)
     assert response.status_code == 202
-    agent_worker()
+    start_worker()
     wait_until(lambda: run_row(run_id).status == "completed", what="the worker to continue")
     assert run_row(run_id).output == 'got {"page":7}'
-    assert payloads(run_id, "decision")[0]["input"] == {"page": 7}
+    assert event_payloads(run_id, "decision")[0]["input"] == {"page": 7}
 
 
 # -- refusals -------------------------------------------------------------------------------------
@@ -241,7 +232,7 @@ def test_a_cancelled_waiting_run_refuses_the_decision_and_the_cancel_took_the_pa
 # -- idempotency ----------------------------------------------------------------------------------
 
 
-def test_the_same_idempotency_key_replays_the_first_answer(client, host_token, settings, agent_worker):
+def test_the_same_idempotency_key_replays_the_first_answer(client, host_token, settings, start_worker):
     run_id = paused_run(settings=settings)
     sent = body(run_id)
     first = post(client, run_id, sent, host_token, **{"Idempotency-Key": "k1"})
@@ -250,7 +241,7 @@ def test_the_same_idempotency_key_replays_the_first_answer(client, host_token, s
     assert again.headers["Idempotent-Replayed"] == "true"
     other = post(client, run_id, {**sent, "comment": "changed"}, host_token, **{"Idempotency-Key": "k1"})
     assert (other.status_code, other.json["code"]) == (422, "idempotency_key_reused")
-    assert Decision.select().count() == 1 and kinds(run_id).count("decision") == 1
+    assert Decision.select().count() == 1 and event_kinds(run_id).count("decision") == 1
 
 
 def test_a_decide_now_replay_gives_the_first_answer(client, host_token, settings):
@@ -261,7 +252,7 @@ def test_a_decide_now_replay_gives_the_first_answer(client, host_token, settings
     again = post(client, run_id, sent, host_token, **{"Idempotency-Key": "now-1"})
     assert (again.status_code, again.json) == (200, first.json)
     assert again.headers["Idempotent-Replayed"] == "true"
-    assert notes.of_run(run_id) == ["hello"] and kinds(run_id).count("decision") == 1
+    assert notes.of_run(run_id) == ["hello"] and event_kinds(run_id).count("decision") == 1
     assert IdempotencyRecord.get().status_code == 200
 
 
@@ -279,7 +270,7 @@ def test_a_replay_while_decide_now_still_runs_follows_the_run(live_server, host_
     deciding = threading.Thread(target=lambda: first.append(requests.post(url, json=sent, headers=headers,
                                                                           timeout=60)))
     deciding.start()
-    wait_until(lambda: "resume" in kinds(run_id), what="the decide-now segment to start")
+    wait_until(lambda: "resume" in event_kinds(run_id), what="the decide-now segment to start")
     assert IdempotencyRecord.get().status_code is None, "no answer yet: the segment is still running"
     replay = requests.post(url, json=sent, headers=headers, timeout=60)
     deciding.join(60)
@@ -287,7 +278,7 @@ def test_a_replay_while_decide_now_still_runs_follows_the_run(live_server, host_
     assert replay.json() == first[0].json() and replay.json()["status"] == "completed"
     later = requests.post(url, json=sent, headers=headers, timeout=60)
     assert later.json() == first[0].json() and IdempotencyRecord.get().status_code == 200
-    assert notes.of_run(run_id) == ["hello"] and kinds(run_id).count("decision") == 1
+    assert notes.of_run(run_id) == ["hello"] and event_kinds(run_id).count("decision") == 1
 
 
 def test_a_refused_decision_records_no_key(client, host_token, settings):
@@ -392,7 +383,7 @@ def test_a_list_with_many_invisible_runs_pages_only_visible_ones(client, host_to
 
 
 def test_the_right_revoked_between_storing_and_the_worker_puts_the_run_back(client, host_token, settings,
-                                                                          agent_worker):
+                                                                          start_worker):
     run_id = paused_run(settings=settings)
     pause = pause_of(run_id)
     put = client.put(f"/api/v1/actors/{GRANTEE}/grants", json={"workspace": "0", "grants": ["agent:approve"]},
@@ -401,11 +392,11 @@ def test_the_right_revoked_between_storing_and_the_worker_puts_the_run_back(clie
     assert post(client, run_id, body(run_id), host_token, GRANTEE).status_code == 202
     client.put(f"/api/v1/actors/{GRANTEE}/grants", json={"workspace": "0", "grants": []},
                headers=as_host(host_token, None))
-    agent_worker()
-    wait_until(lambda: "decision_refused" in kinds(run_id), what="the worker to refuse the decision")
+    start_worker()
+    wait_until(lambda: "decision_refused" in event_kinds(run_id), what="the worker to refuse the decision")
     wait_until(lambda: run_row(run_id).status == "waiting_for_approval", what="the run to wait again")
     assert pause_of(run_id) == pause and notes.of_run(run_id) == []
-    (refused,) = payloads(run_id, "decision_refused")
+    (refused,) = event_payloads(run_id, "decision_refused")
     assert refused["by"] == GRANTEE and "may no longer approve" in refused["reason"]
     inbox = client.get("/api/v1/inbox", headers=as_host(host_token)).json["items"]
     assert [(i["run_id"], i["pause_id"]) for i in inbox] == [(run_id, pause["pause_id"])]
@@ -437,7 +428,7 @@ def test_the_grants_command_sets_and_shows_grants(database_url, tmp_path):
     import subprocess
     import sys
 
-    from tests.helpers import ROOT
+    from tests.support import ROOT
 
     env = {**os.environ, "NRLLM_DATABASE_URL": database_url}
 

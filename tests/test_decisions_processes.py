@@ -2,10 +2,7 @@
 requeues the run and a worker process completes it from the stored decision, which is applied once."""
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -13,10 +10,13 @@ import requests
 
 from sidecar.store import notes, tokens
 from sidecar.store.models import Decision, ModelTurn
-from tests.api_helpers import as_host
-from tests.decision_helpers import body, kinds, paused_run, payloads
-from tests.helpers import ROOT, run_row, start_worker, stop_process, wait_until
-from tests.serve_support import process_tree
+from tests.support import SHORT_LEASE
+from tests.support.api import as_host
+from tests.support.decisions import body, paused_run
+from tests.support.runs import event_kinds, event_payloads, run_row
+from tests.support.servers import process_tree, start_serve
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -28,23 +28,12 @@ SCRIPT = [
 ]
 
 
-def _serve(database_url: str, log_path) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": "1"}
-    log = open(log_path, "w")  # noqa: SIM115 - owned by the process; a file never blocks it as a full pipe would
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--no-worker", "--port", "0"], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=log)
-
-    def port():
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log_path.read_text())
-        return int(match.group(1)) if match else None
-
-    return proc, wait_until(port, timeout=60, what="serve to listen")
-
-
 def test_decide_now_killed_mid_segment_is_completed_by_a_worker_once(database_url, tmp_path):
     token = tokens.create("host-kill", "host")[0]
     run_id = paused_run(SCRIPT)
-    serve, port = _serve(database_url, tmp_path / "serve.log")
+    served = start_serve(database_url, tmp_path / "serve.log", "--no-worker",
+                         env={"NRLLM_LEASE_SECONDS": str(SHORT_LEASE)})
+    serve, port = served.proc, served.port
     worker = None
     answers = []
     try:
@@ -68,7 +57,7 @@ def test_decide_now_killed_mid_segment_is_completed_by_a_worker_once(database_ur
         assert isinstance(answers[0], requests.RequestException), "the request died with its process"
         assert run_row(run_id).status == "running", "nobody has taken the run over yet"
 
-        worker = start_worker(database_url, lease=1.0, log_path=tmp_path / "worker.log")
+        worker = start_worker_process(database_url, lease=SHORT_LEASE, log_path=tmp_path / "worker.log")
         wait_until(lambda: run_row(run_id).status == "completed", timeout=60, what="a worker to complete the run")
     finally:
         stop_process(serve)
@@ -77,7 +66,7 @@ def test_decide_now_killed_mid_segment_is_completed_by_a_worker_once(database_ur
     row = run_row(run_id)
     assert (row.output, row.requeue_count) == ("done after slept 3s", 1)
     assert notes.of_run(run_id) == ["hello"], "the approved note was written once"
-    seen = kinds(run_id)
+    seen = event_kinds(run_id)
     assert (seen.count("decision"), seen.count("resume"), seen.count("note")) == (1, 1, 1)
-    assert seen.count("lease_lost") == 1 and payloads(run_id, "lease_lost")[0]["holder"] == holder
+    assert seen.count("lease_lost") == 1 and event_payloads(run_id, "lease_lost")[0]["holder"] == holder
     assert Decision.get().applied_at is not None

@@ -11,11 +11,11 @@ import requests
 
 from sidecar.store import notes
 from sidecar.store.models import PersonPause
-from tests.api_helpers import as_host
-from tests.decision_helpers import body, kinds, paused_run, payloads
-from tests.helpers import run_row, wait_until
+from tests.support.api import as_host
+from tests.support.decisions import body, paused_run
+from tests.support.runs import event_kinds, event_payloads, run_row
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.api_support", "tests.decision_support"]
 pytestmark = pytest.mark.slow
 
 DECIDERS = 50
@@ -41,9 +41,9 @@ def _race(calls: list) -> list:
     return results
 
 
-def test_fifty_deciders_in_both_modes_one_winner_one_continuation(live_server, host_token, settings, agent_worker):
+def test_fifty_deciders_in_both_modes_one_winner_one_continuation(live_server, host_token, settings, start_worker):
     run_id = paused_run(settings=settings)
-    agent_worker()
+    start_worker()
     sent = body(run_id)
     url = f"{live_server}/api/v1/runs/{run_id}/decision"
 
@@ -62,13 +62,13 @@ def test_fifty_deciders_in_both_modes_one_winner_one_continuation(live_server, h
 
     wait_until(lambda: run_row(run_id).status == "completed", what="the one continuation to complete the run")
     assert notes.of_run(run_id) == ["hello"]
-    (decision,) = payloads(run_id, "decision")
+    (decision,) = event_payloads(run_id, "decision")
     assert (decision["comment"], decision["mode"]) == (f"decider {winner}", "now" if winner % 2 else "store")
-    assert kinds(run_id).count("resume") == 1, "the decision was applied once"
+    assert event_kinds(run_id).count("resume") == 1, "the decision was applied once"
     # One claim before the pause and one continuation after it (plus any takeover by the reaper, should
     # a heartbeat starve on a loaded machine: a takeover continues the same segment, it never re-decides).
-    claims = [e["to"] for e in payloads(run_id, "status")].count("running")
-    assert claims == 2 + kinds(run_id).count("requeued")
+    claims = [e["to"] for e in event_payloads(run_id, "status")].count("running")
+    assert claims == 2 + event_kinds(run_id).count("requeued")
 
 
 @pytest.mark.parametrize("round_", range(3))
@@ -84,6 +84,6 @@ def test_a_cancel_racing_deciders_takes_the_same_guard(live_server, host_token, 
     resolution = PersonPause.get_by_id(sent["pause_id"]).resolution
     assert len(decided) + (resolution == "cancelled") == 1, (resolution, [a.status_code for a in answers])
     assert resolution == ("decided" if decided else "cancelled")
-    assert kinds(run_id).count("decision") == len(decided)
+    assert event_kinds(run_id).count("decision") == len(decided)
     # The cancel itself succeeded either way: it won the pause, or it cancelled the queued run after it.
     assert run_row(run_id).status == "cancelled"

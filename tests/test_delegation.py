@@ -1,14 +1,13 @@
 """Delegation to a real A2A peer: a run waits holding nothing, resumes exactly once, never sends twice."""
 
-import pytest
 from prometheus_client import REGISTRY
 
 from sidecar.store.models import Outbound, Run
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import run_row, tool_results
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.delegation_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 
 def _outbound_outcomes(outcome: str) -> float:

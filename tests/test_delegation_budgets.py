@@ -3,18 +3,16 @@ before anything is journalled or sent; a real a2a-sdk peer on SQLite and Postgre
 
 import uuid
 
-import pytest
-
 from sidecar.delegation import remote
 from sidecar.delegation.ids import context_id_for, message_id_for
 from sidecar.store import remote_agents, runs
 from sidecar.store.models import DependencyWait, Outbound
-from tests.api_helpers import ACTOR
-from tests.delegation_helpers import A2A_DATABASES, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.api import ACTOR
+from tests.support.delegation import ON_A2A_DATABASES, register
+from tests.support.runs import run_row, tool_results
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.delegation_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 FINAL = {"content": "Remote said: {last_tool_result}"}
 

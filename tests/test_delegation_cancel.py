@@ -9,16 +9,16 @@ import sys
 import threading
 import time
 
-import pytest
-
 from sidecar.domain.errors import InvalidState
 from sidecar.store import db, runs, waits
 from sidecar.store.models import DependencyWait, Outbound, Run
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, events_of, register, tool_results
-from tests.helpers import ROOT, run_row, wait_until
+from tests.support import ROOT
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 
 def waiting(run_id: str) -> bool:
@@ -33,7 +33,7 @@ def test_cancelling_a_waiting_run_cancels_its_remote_task_once(settings, peers, 
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=60)
     run_id = delegating_run("research", "work:30:never needed")
-    start_worker(concurrency=1, coordinators=2)
+    worker = start_worker(concurrency=1, coordinators=2)
     wait_until(lambda: waiting(run_id), what="the run to wait")
 
     answer = client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers)
@@ -45,11 +45,11 @@ def test_cancelling_a_waiting_run_cancels_its_remote_task_once(settings, peers, 
     wait_until(lambda: cancel_row().outcome == "accepted", what="the CancelTask to be answered")
     send = Outbound.get(Outbound.kind == "send")
     assert cancel_row().remote_task_id == send.remote_task_id
-    time.sleep(1)
+    wait_for_ticks(worker)
     assert peer.calls["CancelTask"] == 1
     assert run_row(run_id).status == "cancelled" and tool_results(run_id) == []
     assert client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers).status_code == 409
-    assert events_of(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "cancelled",
+    assert event_payloads(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "cancelled",
                                               "by": "be_user:7"}
 
 
@@ -58,14 +58,14 @@ def test_one_cancel_task_even_when_the_peer_answers_with_an_error(settings, peer
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=60)
     run_id = delegating_run("research", "work:30:forgotten")
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
     wait_until(lambda: waiting(run_id), what="the run to wait")
     peer.restart()  # the peer forgets the task: CancelTask answers -32001
 
     assert client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers).status_code == 200
     wait_until(lambda: cancel_row().outcome == "rejected", what="the CancelTask to be refused")
     assert "-32001" in cancel_row().error
-    time.sleep(1.5)  # no retry of an answered cancel
+    wait_for_ticks(worker)  # no retry of an answered cancel
     assert peer.calls["CancelTask"] == 1
     assert run_row(run_id).status == "cancelled"
 
@@ -125,7 +125,8 @@ def test_a_cancel_racing_the_answer_on_100_runs_ends_each_run_exactly_once(setti
         run = run_row(run_id)
         (wait,) = DependencyWait.select().where(DependencyWait.run == run_id)
         by_resolution[wait.resolution] += 1
-        terminal = [s["to"] for s in events_of(run_id, "status") if s["to"] in ("completed", "cancelled", "failed")]
+        terminal = [s["to"] for s in event_payloads(run_id, "status")
+                    if s["to"] in ("completed", "cancelled", "failed")]
         assert terminal == [run.status], f"run {run_id} ended {terminal}"
         if wait.resolution == "cancelled":  # the cancel won the wait: the answer never reached the run
             assert run.status == "cancelled" and tool_results(run_id) == []
@@ -161,7 +162,7 @@ def test_a_gate_closed_while_the_send_was_answered_gives_the_call_up_and_cancels
     wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to end without waiting")
     run = run_row(run_id)
     assert run.output.startswith("Remote said: error: delegation is not offered to this run: nr_mcp_agent 0.15.1")
-    assert "waiting_for_dependency" not in [e["to"] for e in events_of(run_id, "status")]
+    assert "waiting_for_dependency" not in [e["to"] for e in event_payloads(run_id, "status")]
     assert run.delegations_used == 1 and run.bytes_used > 0
     (sent,) = Outbound.select().where(Outbound.kind == "send")
     assert sent.outcome == "accepted"
@@ -183,10 +184,10 @@ def test_a_cancel_that_comes_while_the_wait_is_committed_ends_the_run_and_its_ta
         return original(claim, *args, **kwargs)
 
     monkeypatch.setattr(waits, "suspend", cancel_first)
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
     wait_until(lambda: run_row(run_id).status == "cancelled", what="the run to be cancelled")
-    assert events_of(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "cancelled",
+    assert event_payloads(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "cancelled",
                                               "by": "be_user:1"}
     wait_until(lambda: cancel_row().outcome == "accepted", what="the CancelTask to be answered")
-    time.sleep(1)
+    wait_for_ticks(worker)
     assert peer.calls["CancelTask"] == 1

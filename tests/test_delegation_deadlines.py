@@ -3,17 +3,15 @@ deadline resumes the run with `timeout: ` and exactly one journalled CancelTask 
 run's own deadline cancels the task and fails the run; an unknown outcome is reconciled at the deadline
 so its task is cancelled too."""
 
-import time
-
-import pytest
 
 from sidecar.delegation.a2a import A2AClient, read_card
 from sidecar.store.models import DependencyWait, Outbound
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
-pytest_plugins = ["tests.delegation_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 
 def remote_state(peer, task_id: str) -> str:
@@ -30,7 +28,7 @@ def test_the_delegations_deadline_gives_timeout_and_one_cancel_task(settings, pe
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=0.2, deadline=1.0)
     run_id = delegating_run("research", "work:30:too late")
-    start_worker(concurrency=1, coordinators=2)  # two coordinators: still one CancelTask
+    worker = start_worker(concurrency=1, coordinators=2)  # two coordinators: still one CancelTask
     run = ended(run_id)
 
     assert run.status == "completed"
@@ -46,9 +44,9 @@ def test_the_delegations_deadline_gives_timeout_and_one_cancel_task(settings, pe
                                                                       cancel.message_id)
     assert '"method":"CancelTask"' in cancel.request_body and send.remote_task_id in cancel.request_body
     assert remote_state(peer, send.remote_task_id) == "canceled"
-    time.sleep(1)  # many ticks later: nothing sent again
+    wait_for_ticks(worker)  # many ticks later: nothing sent again
     assert peer.calls["CancelTask"] == 1 and peer.calls["SendMessage"] == 1
-    assert [e["note"] for e in events_of(run_id, "outbound") if e["kind"] == "cancel"] == [
+    assert [e["note"] for e in event_payloads(run_id, "outbound") if e["kind"] == "cancel"] == [
         "cancel journalled before sending", "cancel sent"]
 
 
@@ -56,7 +54,7 @@ def test_the_runs_deadline_cancels_the_task_and_fails_the_run(settings, peers, s
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=0.2, deadline=600)
     run_id = delegating_run("research", "work:30:too late", deadline_seconds=1.5)
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
     run = ended(run_id)
 
     assert (run.status, run.termination_reason) == ("failed", "deadline_exceeded")
@@ -65,7 +63,7 @@ def test_the_runs_deadline_cancels_the_task_and_fails_the_run(settings, peers, s
     wait_until(lambda: peer.calls["CancelTask"] == 1, what="the CancelTask")
     send = Outbound.get(Outbound.kind == "send")
     wait_until(lambda: remote_state(peer, send.remote_task_id) == "canceled", what="the remote task to be canceled")
-    time.sleep(1)
+    wait_for_ticks(worker)
     assert peer.calls["CancelTask"] == 1
     assert Outbound.get(Outbound.kind == "cancel").outcome == "accepted"
 

@@ -11,38 +11,21 @@ import uuid
 import pytest
 
 from sidecar import keys
-from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.delegation import remote
 from sidecar.delegation.coordinator import Coordinator
 from sidecar.delegation.start import message_id_for
 from sidecar.domain.clock import utcnow
 from sidecar.domain.sealing import generate_key
-from sidecar.store import db, outbound, remote_agents, tokens, waits
+from sidecar.store import db, outbound, remote_agents, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
-from tests.api_helpers import ACTOR, as_host, as_operator
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.api import ACTOR
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
-pytest_plugins = ["tests.delegation_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
-
-
-@pytest.fixture
-def client(settings):
-    app = create_app(settings, bind_database=False)  # the settings fixture bound the database
-    app.config["PROPAGATE_EXCEPTIONS"] = False
-    return app.test_client()
-
-
-@pytest.fixture
-def host_headers(settings):
-    return as_host(tokens.create("host-test", "host")[0])
-
-
-@pytest.fixture
-def operator_headers(settings):
-    return as_operator(tokens.create("operator-test", "operator")[0])
+pytestmark = ON_A2A_DATABASES
 
 
 def waiting_runs(run_ids) -> bool:
@@ -101,7 +84,7 @@ def test_a_lost_answer_leaves_one_task_an_unknown_outcome_and_is_never_resent(
     assert rows[0]["id"] == waiting["outbound_id"]
 
     # Many poll intervals (0.2 s) and coordinator ticks (0.05 s) later: nothing was sent again.
-    time.sleep(3)
+    wait_for_ticks(worker, 60)
     assert peer.calls[send] == 1 and proxy.forwarded[send] == 1
     assert peer.task_count == 1
     assert Outbound.select().count() == 1
@@ -160,9 +143,9 @@ def test_two_coordinators_racing_the_same_result_resolve_it_once(settings, peers
     for i, run_id in enumerate(run_ids):
         assert ToolResult.select().where(ToolResult.run == run_id, ToolResult.tool_call_id == "call_1").count() == 1
         assert tool_results(run_id) == [f"answer {i}"]
-        assert len(events_of(run_id, "resume")) == 1
-        assert [e["result"] for e in events_of(run_id, "tool") if e["tool_call_id"] == "call_1"] == [f"answer {i}"]
-        assert [s for s in events_of(run_id, "status") if s["from"] == "waiting_for_dependency"] == [
+        assert len(event_payloads(run_id, "resume")) == 1
+        assert [e["result"] for e in event_payloads(run_id, "tool") if e["tool_call_id"] == "call_1"] == [f"answer {i}"]
+        assert [s for s in event_payloads(run_id, "status") if s["from"] == "waiting_for_dependency"] == [
             {"from": "waiting_for_dependency", "to": "queued"}]
         assert run_row(run_id).output == f"Remote said: answer {i}"
         (wait,) = DependencyWait.select().where(DependencyWait.run == run_id)
@@ -209,7 +192,7 @@ def test_a_tampered_checkpoint_fails_the_run_and_sends_nothing(settings, peers, 
     assert dict(peer.calls) == calls_before, "a tampered checkpoint made the sidecar call the remote agent"
     assert DependencyWait.get_by_id(wait.id).resolution == "checkpoint_invalid"
     assert tool_results(run_id) == []
-    assert events_of(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "failed"}
+    assert event_payloads(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "failed"}
     time.sleep(0.5)  # the worker does not pick the failed run up again
     assert run_row(run_id).status == "failed" and dict(peer.calls) == calls_before
 

@@ -9,21 +9,15 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
 from sidecar.store import db, outbound, waits
 from sidecar.store.models import Outbound
-from tests.api_helpers import TEST_SECRET_KEY
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, events_of, register, tool_results
-from tests.helpers import ROOT, run_row, wait_until
+from tests.support import ROOT
+from tests.support.api import TEST_SECRET_KEY
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
-
-
-@pytest.fixture
-def sealing_key():
-    return TEST_SECRET_KEY  # the command-line process opens checkpoints with the key of the environment
+pytestmark = ON_A2A_DATABASES
 
 
 def completed(run_id: str):
@@ -55,9 +49,9 @@ def test_reconciliation_finds_the_lost_task_and_the_run_completes(settings, peer
     assert proxy.dropped == 1 and proxy.forwarded["ListTasks"] == 1
     assert (row.outcome, row.remote_task_id) == ("accepted", peer.tasks_in(row.context_id)[0])
     assert peer.task_count == 1 and peer.calls["SendMessage"] == 1
-    notes = [e["note"] for e in events_of(run_id, "outbound")]
+    notes = [e["note"] for e in event_payloads(run_id, "outbound")]
     assert notes == ["journalled before sending", "sent", "found by reconciliation (ListTasks)"]
-    assert events_of(run_id, "pause")[0]["outcome"] == "accepted"  # it never waited on an unknown outcome
+    assert event_payloads(run_id, "pause")[0]["outcome"] == "accepted"  # it never waited on an unknown outcome
 
 
 def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess:
@@ -125,13 +119,13 @@ def _run_all(actions) -> list:
     return results
 
 
-def test_racing_resends_send_once(settings, peers, start_worker, webhook, operator_headers):
+def test_racing_resends_send_once(settings, peers, start_worker, app, operator_headers):
     # ListTasks answers are lost too: reconciliation before each resend finds nothing.
     peer, proxy, run_id, row = lost_send(peers, start_worker, card="1.0", drop=("SendMessage", "ListTasks"))
     proxy.drop.discard("SendMessage")
 
-    def resend():
-        return webhook.app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
+    def resend():  # a client of each racing thread's own
+        return app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
 
     statuses = _run_all([resend] * 6)
     assert sorted(statuses) == [201] + [409] * 5
@@ -140,13 +134,13 @@ def test_racing_resends_send_once(settings, peers, start_worker, webhook, operat
     assert Outbound.select().where(Outbound.resend_of == row.id).count() == 1
 
 
-def test_a_resend_racing_a_reconciliation_never_both_win(settings, peers, start_worker, webhook, operator_headers):
+def test_a_resend_racing_a_reconciliation_never_both_win(settings, peers, start_worker, app, operator_headers):
     peer, proxy, run_id, row = lost_send(peers, start_worker, card="1.0", drop=("SendMessage", "ListTasks"))
     proxy.drop.discard("SendMessage")
     (lost_task,) = peer.tasks_in(row.context_id)
 
-    def resend():
-        return webhook.app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
+    def resend():  # a client of each racing thread's own
+        return app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
 
     wait_id = waits.current(run_id).id
 
@@ -189,7 +183,7 @@ def test_a_resend_whose_sender_stopped_is_settled_and_can_be_resent(
     finally:
         coordinator.stop()
     assert Outbound.get_by_id(stopped.id).outcome == "outcome_unknown"
-    assert "its sender stopped: it may have left" in [e["note"] for e in events_of(run_id, "outbound")]
+    assert "its sender stopped: it may have left" in [e["note"] for e in event_payloads(run_id, "outbound")]
 
     resent = client.post(f"/api/v1/outbound/{stopped.id}/resend", headers=operator_headers)
     assert resent.status_code == 201, resent.get_json()

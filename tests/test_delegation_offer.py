@@ -5,16 +5,14 @@ import pytest
 
 from nrllm_sidecar_compat.gate import NO_REPORT_REASON
 from sidecar.domain.vocabulary import ToolEffect
-from sidecar.engine import AgentLoop
 from sidecar.engine.providers import ScriptedProvider
-from sidecar.engine.registry import build_registry
 from sidecar.engine.tools import Tool
 from sidecar.hookspecs import hookimpl
 from sidecar.plugins import plugin_manager
 from sidecar.store import consumers as consumer_store
 from sidecar.store import events, runs
-from tests.engine_support import make_settings, run_segment
-from tests.helpers import run_row
+from tests.support.runs import run_row
+from tests.support.segments import drive_segment
 
 
 class AskRemoteAgent(Tool):
@@ -70,7 +68,7 @@ CALL_IT = [
 
 def _run(script, origin=None) -> str:
     run_id = runs.create_run("be_user:7", "x", origin=origin, spec={"provider": "tools_seen", "script": script})
-    run_segment(AgentLoop(build_registry(make_settings())))
+    drive_segment()
     return run_id
 
 

@@ -8,19 +8,18 @@ import logging
 import re
 import time
 
-import pytest
-
 from sidecar import metrics
 from sidecar.delegation import cancels
 from sidecar.domain.backoff import Backoff
 from sidecar.domain.clock import utcnow
 from sidecar.store import waits
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 
 def ended(run_id: str):
@@ -76,7 +75,7 @@ def test_the_deadline_takes_a_last_look_and_a_task_finished_earlier_is_the_resul
     wait = DependencyWait.get()
     assert wait.resolution == "result" and wait.resolved_at >= deadline_at
     assert proxy.dropped >= 2, "reconciliations before the deadline failed"
-    assert events_of(run_id, "resume")[0]["at_deadline"] is True
+    assert event_payloads(run_id, "resume")[0]["at_deadline"] is True
     assert Outbound.select().where(Outbound.kind == "cancel").count() == 0  # a finished task is not cancelled
 
 
@@ -94,7 +93,7 @@ def test_the_deadline_asks_a_known_task_once_more_when_every_poll_before_failed(
     run = ended(run_id)
     assert (run.status, run.output) == ("completed", "Remote said: known and done")
     assert DependencyWait.get().resolution == "result" and proxy.dropped >= 2
-    assert events_of(run_id, "resume")[0]["at_deadline"] is True
+    assert event_payloads(run_id, "resume")[0]["at_deadline"] is True
 
 
 def test_at_the_deadline_a_task_not_finished_is_a_timeout_and_cancelled(settings, peers, start_worker):
@@ -177,7 +176,7 @@ def test_cancel_task_attempts_back_off_and_are_given_up_after_the_last(settings,
     register("research", proxy.url, poll=0.2, deadline=1.0)
     given_up_before = metrics.CANCELS_GIVEN_UP._value.get()
     run_id = delegating_run("research", "work:30:too late")
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
 
     assert ended(run_id).output.startswith("Remote said: timeout: ")
     wait_until(lambda: Outbound.get(Outbound.kind == "cancel").outcome != "pending", timeout=60,
@@ -185,11 +184,11 @@ def test_cancel_task_attempts_back_off_and_are_given_up_after_the_last(settings,
     cancel = Outbound.get(Outbound.kind == "cancel")
     assert (cancel.outcome, cancel.attempts) == ("outcome_unknown", 5)
     assert cancel.error.startswith("given up after 5 attempts without an answer")
-    assert events_of(run_id, "outbound")[-1]["note"] == "cancel given up: no attempt was answered"
+    assert event_payloads(run_id, "outbound")[-1]["note"] == "cancel given up: no attempt was answered"
     assert metrics.CANCELS_GIVEN_UP._value.get() == given_up_before + 1
     assert len(seen) == 5
     # Four delays of 0.3, 0.6, 1.0 and 1.0 s between the claims (2.9 s): at a fixed 0.3 s it would be 1.2 s.
     assert seen[-1] - seen[0] >= 2.0, [round(b - a, 2) for a, b in itertools.pairwise(seen)]
-    time.sleep(1)  # many ticks later: nothing sent again
+    wait_for_ticks(worker)  # many ticks later: nothing sent again
     assert peer.calls["CancelTask"] == 5
     assert waits.current(run_id) is None

@@ -10,12 +10,12 @@ import pytest
 from sidecar.delegation import remote
 from sidecar.store import remote_agents, runs, waits
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent, Run
-from tests.api_helpers import ACTOR
-from tests.delegation_helpers import A2A_DATABASES, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.api import ACTOR
+from tests.support.delegation import ON_A2A_DATABASES, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
 
-pytest_plugins = ["tests.delegation_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 FINAL = {"content": "Remote said: {last_tool_result}"}
 
@@ -42,7 +42,7 @@ def finished(run_id: str, timeout: float = 30) -> Run:
 
 
 def statuses(run_id: str) -> list[str]:
-    return [e["to"] for e in events_of(run_id, "status")]
+    return [e["to"] for e in event_payloads(run_id, "status")]
 
 
 def remote_state(settings, agent: str, task_id: str) -> str:
@@ -68,7 +68,7 @@ def test_an_answer_already_terminal_in_the_send_resolves_in_the_same_segment(set
     assert tool_results(run_id) == ["the answer"]
     assert "waiting_for_dependency" not in statuses(run_id)
     assert statuses(run_id) == ["queued", "running", "completed"]  # one segment, never suspended
-    assert DependencyWait.select().count() == 0 and events_of(run_id, "pause") == []
+    assert DependencyWait.select().count() == 0 and event_payloads(run_id, "pause") == []
     (row,) = Outbound.select()
     assert (row.outcome, row.remote_task_id) == ("accepted", peer.tasks_in(row.context_id)[0])
     assert peer.task_count == 1 and peer.calls["GetTask"] == 0
@@ -92,7 +92,7 @@ def test_what_a_remote_task_ends_with_is_the_tool_result(settings, peers, start_
     assert tool_results(run_id) == [text]
     assert (run.status, run.output) == ("completed", f"Remote said: {text}")
     assert "waiting_for_dependency" in statuses(run_id)  # the send's answer was not final yet
-    assert len(events_of(run_id, "resume")) == 1
+    assert len(event_payloads(run_id, "resume")) == 1
     assert peer.task_count == 1 and peer.calls["SendMessage"] == 1
     assert row.remote_task_id in peer.tasks_in(row.context_id)
 

@@ -4,35 +4,37 @@ process, and across processes: LISTEN/NOTIFY on PostgreSQL, the due index on SQL
 delegation whose outcome is unknown triggers reconciliation."""
 
 import json
-import time
-
-import pytest
 
 from sidecar.delegation.a2a import push_target_of
 from sidecar.store import waits
 from sidecar.store.models import DependencyWait, Outbound, RunEvent
-from tests.api_helpers import TEST_SECRET_KEY
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, register, tool_results
-from tests.helpers import run_row, start_worker, stop_process, wait_until
+from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
+from tests.support.runs import run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process, wait_for_ticks
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
+
+
+# Seconds a pushed run may take to complete: half the 60 s poll it would wait for without the push, so a
+# busy machine never fails the test and a push that did nothing always does.
+PUSH_BOUND = 30.0
 
 
 def completion_latency(webhook, run_id: str) -> float:
     """Seconds from the last accepted push before the run completed to the run's completion."""
-    wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to complete")
+    wait_until(lambda: run_row(run_id).status == "completed", timeout=PUSH_BOUND + 10, what="the run to complete")
     finished = run_row(run_id).finished_at
     pushed = webhook.last_push_before(finished)
     assert pushed is not None, "the run completed before any accepted push"
     return (finished - pushed).total_seconds()
 
 
-def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, start_push_worker, client):
+def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, start_worker, client):
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:30:slow answer")
-    start_push_worker(concurrency=1)
+    worker = start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (row,) = Outbound.select()
     assert push_target_of(row.request_body).url == webhook.url + "/api/v1/push"
@@ -42,7 +44,10 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     # The token is the sidecar's secret: only its digest is kept, in the wait and in the journal.
     assert token not in json.dumps([wait.checkpoint, wait.push_token_sha256, row.request_body])
     wait_until(lambda: peer.calls["GetTask"] >= 1, what="the first poll")
-    time.sleep(0.5)  # pushes the peer made when the task started have arrived by now
+    # The pushes the peer made when the task started were answered, and the polls they brought forward made
+    # (a tick polls what is due before it ends).
+    wait_until(peer.pushes_settled, what="the peer's pushes to be answered")
+    wait_for_ticks(worker, 2)
     polls = peer.calls["GetTask"]
     before = (DependencyWait.get_by_id(wait.id).next_poll_at, RunEvent.select().count(), run_row(run_id).status)
     notification = {"statusUpdate": {"taskId": row.remote_task_id, "contextId": row.context_id,
@@ -66,30 +71,32 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     answer = client.post("/api/v1/push", json=notification, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 204 and answer.data == b""
     wait_until(lambda: peer.calls["GetTask"] == polls + 1, what="the pushed poll")
-    time.sleep(0.3)
+    wait_for_ticks(worker)
     assert run_row(run_id).status == "waiting_for_dependency" and tool_results(run_id) == []
     assert DependencyWait.get_by_id(wait.id).next_poll_at > before[0]
 
 
-def test_a_push_resumes_a_run_polled_every_60s_in_under_a_second(settings, peers, webhook, start_push_worker):
+def test_a_push_resumes_a_run_polled_every_60s_long_before_its_next_poll(settings, peers, webhook, start_worker):
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:3:pushed answer")
-    start_push_worker(concurrency=1, tick=0.25)
+    start_worker(settings=webhook.settings, concurrency=1, tick=0.25)
     latency = completion_latency(webhook, run_id)
-    assert latency < 1.0, f"push to completion took {latency:.3f}s"
+    # Without the push the answer would wait for the poll 60 s after the first; how soon a push is served
+    # (well under a second) is bench/bench_push.py's to measure, on a machine nobody else is using.
+    assert latency < PUSH_BOUND, f"push to completion took {latency:.3f}s"
     assert run_row(run_id).output == "Remote said: pushed answer"
     # The first poll (a second after the suspension) and the pushed ones: nothing like a 60 s schedule.
     assert peer.calls["GetTask"] <= 4 and peer.task_count == 1
 
 
 def test_every_push_of_a_delegation_is_accepted_even_before_the_suspension(settings, peers, webhook,
-                                                                           start_push_worker):
+                                                                           start_worker):
     # The peer pushes as soon as the task starts: usually before the run's suspension is committed.
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_ids = [delegating_run("research", f"work:0.5:answer {i}") for i in range(3)]
-    start_push_worker(concurrency=3)
+    start_worker(settings=webhook.settings, concurrency=3)
     for run_id in run_ids:
         wait_until(lambda r=run_id: run_row(r).status == "completed", timeout=30, what="the runs to complete")
     statuses = [status for _, status in list(webhook.pushes)]
@@ -99,36 +106,33 @@ def test_every_push_of_a_delegation_is_accepted_even_before_the_suspension(setti
     assert sum(counts) == len(statuses) and all(count >= 1 for count in counts), (counts, statuses)
 
 
-@pytest.fixture
-def sealing_key():
-    return TEST_SECRET_KEY  # the worker process seals with the key of the environment
-
-
 def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, peers, webhook, tmp_path):
     """The webhook answers in this process; the coordinator polls in a worker process. On PostgreSQL it
-    sleeps until the next due time (60 s away, at most 10 s) and only NOTIFY can wake it this soon."""
+    sleeps until the next due time (60 s away; its 10 s longest sleep made an hour here), so only NOTIFY can
+    wake it sooner; on SQLite its ticks find the wait the push made due."""
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:4:answer from afar")
     env = {"NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": webhook.url}
-    worker = start_worker(database_url, lease=5.0, env=env, log_path=tmp_path / "worker.log")
+    worker = start_worker_process(database_url, "--executor", "tests.support.engine:AgentLoopWokenOnlyByNotifications",
+                                  env=env, log_path=tmp_path / "worker.log")
     try:
         latency = completion_latency(webhook, run_id)
-        # Without the wake-up the coordinator would look again only after 10 s (its longest sleep) or at the
-        # 60 s poll; the push's own latency is bench/bench_push.py's to measure, not this test's.
-        assert latency < 5.0, f"push to completion across processes took {latency:.3f}s"
+        # Without the wake-up the coordinator would look again only at the 60 s poll; the push's own latency
+        # is bench/bench_push.py's to measure.
+        assert latency < PUSH_BOUND, f"push to completion across processes took {latency:.3f}s"
         assert run_row(run_id).output == "Remote said: answer from afar"
     finally:
         stop_process(worker)
 
 
-def test_a_push_for_an_unknown_outcome_triggers_reconciliation(settings, peers, webhook, start_push_worker):
+def test_a_push_for_an_unknown_outcome_triggers_reconciliation(settings, peers, webhook, start_worker):
     peer = peers.start(card="1.0", push=True)
     # The send's answer is lost, and so is the ListTasks right after it: the outcome stays unknown.
     proxy = peers.lossy_proxy(peer, drop=("SendMessage", "ListTasks"))
     register("research", proxy.url, poll=60, push=True)
     run_id = delegating_run("research", "work:3:found again")
-    start_push_worker(concurrency=1)
+    start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (row,) = Outbound.select()
     # The reconciliation before the suspension, and maybe one for the push the peer made when the task

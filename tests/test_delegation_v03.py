@@ -5,19 +5,19 @@ PostgreSQL. The happy path, an input-required follow-up, the result texts, a can
 both deadlines."""
 
 import json
-import time
 
 import pytest
 
 from sidecar.delegation.a2a import A2AClient, read_card
 from sidecar.store import runs, waits
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent, Run
-from tests.api_helpers import ACTOR
-from tests.delegation_helpers import A2A_DATABASES, events_of, register, tool_results
-from tests.helpers import run_row, wait_until
+from tests.support.api import ACTOR
+from tests.support.delegation import ON_A2A_DATABASES, register
+from tests.support.runs import event_payloads, run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_ticks
 
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
-pytestmark = pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+pytestmark = ON_A2A_DATABASES
 
 V03_CARDS = ["0.3", "0.3-legacy"]
 FINAL = {"content": "Remote said: {last_tool_result}"}
@@ -59,13 +59,13 @@ def the_cancel() -> Outbound:
     return Outbound.get(Outbound.kind == "cancel")
 
 
-def assert_one_tasks_cancel(peer, send: Outbound) -> None:
+def assert_one_tasks_cancel(peer, send: Outbound, worker) -> None:
     wait_until(lambda: the_cancel().outcome == "accepted", what="the tasks/cancel to be answered")
     cancel = the_cancel()
     assert json.loads(cancel.request_body)["method"] == "tasks/cancel"
     assert cancel.remote_task_id == send.remote_task_id
     wait_until(lambda: remote_state(peer, send.remote_task_id) == "canceled", what="the remote task to be canceled")
-    time.sleep(1)  # many ticks later: nothing sent again
+    wait_for_ticks(worker)  # many ticks later: nothing sent again
     assert peer.calls["tasks/cancel"] == 1 and peer.calls["message/send"] == 1
     assert_spoke_only_0_3(peer)
 
@@ -98,9 +98,11 @@ def test_a_delegation_completes_through_message_send_and_tasks_get(settings, pee
 @pytest.mark.parametrize("card", V03_CARDS)
 def test_input_required_is_answered_on_the_same_0_3_task(settings, peers, start_worker, card):
     peer = peers.start(card=card)
-    register("legacy", peer.url, poll=60)  # polled only when the test says so
+    register("legacy", peer.url, poll=60)
     run_id = scripted_run(delegate("input:which colour?"), FINAL)
-    start_worker(concurrency=1)
+    # No coordinator yet: nothing polls the task before the script below knows its id (a first poll soon
+    # after the suspension would otherwise resume the run with the script it has now).
+    start_worker(concurrency=1, coordinators=0)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (first,) = Outbound.select()
     task_id = first.remote_task_id
@@ -111,6 +113,7 @@ def test_input_required_is_answered_on_the_same_0_3_task(settings, peers, start_
     Run.update(spec=json.dumps({"provider": "scripted", "script": script}, sort_keys=True)).where(
         Run.id == run_id).execute()
     assert waits.poll_now(waits.current(run_id).id)
+    start_worker(concurrency=1)  # its coordinator polls, the resumed run continues on either worker
 
     run = finished(run_id)
     assert tool_results(run_id) == [f"input-required: which colour? task_id={task_id}", "answer: blue"]
@@ -150,13 +153,13 @@ def test_cancelling_a_run_waiting_on_a_0_3_peer_sends_one_tasks_cancel(settings,
     peer = peers.start(card=card)
     register("legacy", peer.url, poll=60)
     run_id = scripted_run(delegate("work:30:never needed"), FINAL)
-    start_worker(concurrency=1, coordinators=2)
+    worker = start_worker(concurrency=1, coordinators=2)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
 
     answer = client.post(f"/api/v1/runs/{run_id}/cancel", headers=host_headers)
     assert (answer.status_code, answer.get_json()["status"]) == (200, "cancelled")
     assert DependencyWait.get().resolution == "cancelled"
-    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
+    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"), worker)
     assert run_row(run_id).status == "cancelled" and tool_results(run_id) == []
 
 
@@ -164,14 +167,14 @@ def test_the_delegations_deadline_on_a_0_3_peer_gives_timeout_and_one_tasks_canc
     peer = peers.start(card="0.3-legacy")
     register("legacy", peer.url, poll=0.2, deadline=1.0)
     run_id = scripted_run(delegate("work:30:too late"), FINAL)
-    start_worker(concurrency=1, coordinators=2)
+    worker = start_worker(concurrency=1, coordinators=2)
     run = finished(run_id)
 
     assert run.status == "completed" and run.output.startswith("Remote said: timeout: ")
     assert DependencyWait.get().resolution == "timeout"
     (result,) = tool_results(run_id)
     assert result.startswith("timeout: no answer from the remote agent by the deadline ")
-    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
+    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"), worker)
     assert peer.calls["tasks/get"] >= 1
 
 
@@ -181,11 +184,11 @@ def test_the_runs_deadline_on_a_0_3_peer_cancels_the_task_and_fails_the_run(sett
     run_id = runs.create_run(ACTOR, "0.3 deadline", spec={"provider": "scripted",
                                                           "script": [delegate("work:30:too late"), FINAL]},
                              budget={"deadline_seconds": 1.5})
-    start_worker(concurrency=1)
+    worker = start_worker(concurrency=1)
     run = finished(run_id)
 
     assert (run.status, run.termination_reason) == ("failed", "deadline_exceeded")
     assert DependencyWait.get().resolution == "deadline_exceeded" and tool_results(run_id) == []
-    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"))
-    assert [e["note"] for e in events_of(run_id, "outbound") if e["kind"] == "cancel"] == [
+    assert_one_tasks_cancel(peer, Outbound.get(Outbound.kind == "send"), worker)
+    assert [e["note"] for e in event_payloads(run_id, "outbound") if e["kind"] == "cancel"] == [
         "cancel journalled before sending", "cancel sent"]

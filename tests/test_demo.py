@@ -14,7 +14,9 @@ from pathlib import Path
 
 from sidecar.store import notes
 from sidecar.store.models import ApiToken
-from tests.helpers import ROOT, stop_process, wait_until
+from tests.support import ROOT
+from tests.support.waiting import wait_until
+from tests.support.workers import stop_process
 
 
 def _serve_demo(database_url: str, instance: Path, log_path: Path) -> subprocess.Popen:

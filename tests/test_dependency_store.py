@@ -17,8 +17,8 @@ from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db, outbound, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
-from tests.delegation_helpers import journalled_send
-from tests.helpers import run_row
+from tests.support.delegation import journalled_send
+from tests.support.runs import run_row
 
 LEASE = LeasePolicy(30)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI
-from tests.helpers import ROOT
+from tests.support import ROOT
+from tests.support.databases import IN_CI
 
 UNITS = ROOT / "docs" / "examples" / "systemd"
 VENV = Path(sys.executable).parent.parent

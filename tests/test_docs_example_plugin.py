@@ -9,9 +9,10 @@ import urllib.request
 
 import pytest
 
-from tests.helpers import ROOT, wait_until
-from tests.live_sidecar import live_sidecar
-from tests.plugin_site import write_metadata
+from tests.support import ROOT
+from tests.support.plugin_site import write_metadata
+from tests.support.servers import live_sidecar
+from tests.support.waiting import wait_until
 
 PACKAGE = ROOT / "docs" / "examples" / "plugin"
 pytestmark = pytest.mark.slow

@@ -10,9 +10,8 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 
 from sidecar.config import Settings
-from tests.api_helpers import as_operator
+from tests.support.api import as_operator
 
-pytest_plugins = ["tests.api_support"]
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 PAGE = "/api/v1/docs"

@@ -8,8 +8,11 @@ import pytest
 
 from sidecar.store import runs
 from sidecar.store.models import ModelTurn, ToolResult
-from tests.engine_support import CallLog
-from tests.helpers import event_kinds, run_row, start_worker, stop_process, wait_until
+from tests.support import SHORT_LEASE
+from tests.support.engine import CallLog
+from tests.support.runs import event_kinds, run_row
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -18,12 +21,12 @@ def test_a_worker_killed_after_a_saved_turn_is_taken_over_without_asking_the_mod
         database_url, tmp_path, monkeypatch):
     call_log = tmp_path / "calls.log"
     monkeypatch.setenv("NRLLM_TEST_CALL_LOG", str(call_log))
-    counting = ("--executor", "tests.engine_support:CountingAgentLoop")
+    counting = ("--executor", "tests.support.engine:CountingAgentLoop")
     run_id = runs.create_run("be_user:7", "nap, then report", spec={"provider": "scripted", "script": [
         {"tool_calls": [{"id": "call_1", "name": "sleep", "arguments": {"seconds": 2}}]},
         {"content": "done: {last_tool_result}"},
     ]})
-    a = start_worker(database_url, *counting, lease=1.0, log_path=tmp_path / "a.log")
+    a = start_worker_process(database_url, *counting, lease=SHORT_LEASE, log_path=tmp_path / "a.log")
     b = None
     try:
         wait_until(lambda: ModelTurn.select().where(ModelTurn.run == run_id).exists(), timeout=30,
@@ -33,7 +36,7 @@ def test_a_worker_killed_after_a_saved_turn_is_taken_over_without_asking_the_mod
         a.wait(10)
         assert ToolResult.select().where(ToolResult.run == run_id).count() == 0, "the tool finished before the kill"
 
-        b = start_worker(database_url, *counting, lease=1.0, log_path=tmp_path / "b.log")
+        b = start_worker_process(database_url, *counting, lease=SHORT_LEASE, log_path=tmp_path / "b.log")
         wait_until(lambda: run_row(run_id).status == "completed", timeout=60, what="worker B to complete the run")
     finally:
         for proc in (a, b):
@@ -57,7 +60,7 @@ def test_the_agent_loop_is_the_workers_default_executor(database_url, tmp_path):
         {"tool_calls": [{"id": "c", "name": "echo", "arguments": {"text": "echoed"}}]},
         {"content": "{last_tool_result}"},
     ]})
-    worker = start_worker(database_url, lease=2.0, log_path=tmp_path / "w.log")
+    worker = start_worker_process(database_url, log_path=tmp_path / "w.log")
     try:
         wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the run to complete")
     finally:

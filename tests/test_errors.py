@@ -31,7 +31,7 @@ def test_every_error_class_of_the_sidecar_is_in_the_errors_module():
     underscore) and the errors plugins and remote agents' clients see stay where they are used."""
     import ast
 
-    from tests.helpers import ROOT
+    from tests.support import ROOT
 
     allowed_elsewhere = {"AddressRefused", "ProviderError", "ToolError", "RemoteError", "Unreachable",
                          "Impossible", "UnusableSchema", "PluginLoadError", "PauseTaken", "ReadTimedOut",

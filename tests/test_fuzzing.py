@@ -20,10 +20,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from sidecar.app import create_app
-from sidecar.config import Settings
 from sidecar.store import tokens
-from tests.api_helpers import ACTOR, TEST_SECRET_KEY, as_operator
+from tests.support.api import ACTOR, app_for, as_operator, settings_for
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Examples per operation and generation mode (positive, negative): a short run in the suite, a long one
@@ -33,11 +31,7 @@ EXAMPLES = int(os.environ.get("NRLLM_FUZZ_EXAMPLES", "8"))
 
 @pytest.fixture
 def fuzz_app(sqlite_url, tmp_path):
-    settings = Settings(instance_path=tmp_path, database_url=sqlite_url, lease_seconds=5.0,
-                        secret_keys=(TEST_SECRET_KEY,))
-    app = create_app(settings, bind_database=False)
-    app.config["PROPAGATE_EXCEPTIONS"] = False  # a bug answers 500, as in production, and the check sees it
-    return app
+    return app_for(settings_for(sqlite_url, tmp_path))
 
 
 @pytest.fixture

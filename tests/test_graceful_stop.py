@@ -1,7 +1,7 @@
 """A graceful stop never lets two workers execute one run at once: real worker processes, a lease shorter than
 the tool, and the worker holding the run stopped with SIGTERM, with a grace longer and shorter than the tool.
 
-The tool (`tick`, tests/engine_support.py) ignores its lease and records in a file which process ran it, when
+The tool (`tick`, tests/support/engine.py) ignores its lease and records in a file which process ran it, when
 it started, every 0.2 s while it works, and when it ended.
 """
 
@@ -12,13 +12,15 @@ import pytest
 
 from sidecar.store import events, runs
 from sidecar.store.models import ModelTurn, ToolResult, WorkerHeartbeat
-from tests.engine_support import CallLog
-from tests.helpers import exit_code, run_row, scrape, start_worker, stop_process, wait_until
-from tests.private_servers import free_port
+from tests.support.engine import CallLog
+from tests.support.private_servers import free_port
+from tests.support.runs import run_row
+from tests.support.waiting import wait_until
+from tests.support.workers import exit_code, scrape, start_worker_process, stop_process
 
 pytestmark = pytest.mark.slow
 
-TICKING = ("--executor", "tests.engine_support:TickingAgentLoop")
+TICKING = ("--executor", "tests.support.engine:TickingAgentLoop")
 TOOL_SECONDS = 6
 
 
@@ -44,8 +46,9 @@ class TwoWorkers:
     def __init__(self, database_url, tmp_path, *, lease: float, grace: float):
         self.ports = [free_port() for _ in range(2)]
         self.logs = [tmp_path / f"w{n}.log" for n in range(2)]
-        self.procs = [start_worker(database_url, *TICKING, "--grace", str(grace), "--metrics-port", str(self.ports[n]),
-                                   lease=lease, log_path=self.logs[n]) for n in range(2)]
+        self.procs = [start_worker_process(database_url, *TICKING, "--grace", str(grace),
+                                           "--metrics-port", str(self.ports[n]), lease=lease, log_path=self.logs[n])
+                      for n in range(2)]
         wait_until(lambda: WorkerHeartbeat.select().count() == 2, timeout=60, what="both workers to start")
 
     def index_of(self, pid: int) -> int:

@@ -14,8 +14,10 @@ from sidecar.domain.vocabulary import RunStatus, TerminationReason
 from sidecar.segment import Segment
 from sidecar.store import events, leases, notes, pauses, runs
 from sidecar.store.models import BaseModel, Run
-from sidecar.worker import Worker
-from tests.helpers import event_kinds, run_row, wait_until
+from tests.support import SHORT_LEASE
+from tests.support.runs import event_kinds, run_row
+from tests.support.waiting import wait_until
+from tests.support.workers import worker_in_thread
 
 LEASE = LeasePolicy(30)
 
@@ -138,14 +140,14 @@ class _Stubborn:
         return segment.complete("late")
 
 
-def test_a_stopping_worker_keeps_its_lease_through_the_grace_then_hands_back_without_waiting(database_url):
+def test_a_stopping_worker_keeps_its_lease_through_the_grace_then_hands_back_without_waiting(settings):
     executor = _Stubborn()
-    worker = Worker(executor, LeasePolicy(1.0), concurrency=1, poll_interval=0.05)
     run_id = runs.create_run("owner", "x")
-    worker.start()
+    # A short lease, as this is about keeping it through the grace.
+    worker = worker_in_thread(settings, executor, concurrency=1, coordinators=0, lease=SHORT_LEASE)
     try:
         assert executor.working.wait(30)
-        stopping = threading.Thread(target=worker.stop, args=(3.0,))  # three leases
+        stopping = threading.Thread(target=worker.stop, args=(3 * SHORT_LEASE,))
         stopping.start()
         reaped = []
         while stopping.is_alive():  # another worker's reaper, far more eager than any

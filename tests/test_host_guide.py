@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.live_sidecar import live_sidecar
+from tests.support import ROOT
+from tests.support.servers import live_sidecar
 
 GUIDE = ROOT / "docs" / "host-guide.md"
 PHP_EXAMPLES = ROOT / "docs" / "examples" / "php"

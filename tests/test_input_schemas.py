@@ -6,7 +6,7 @@ import time
 import pytest
 
 from sidecar.domain.input_schemas import MAX_BYTES, UnusableSchema, input_errors, schema_problem
-from tests.lossy_proxy import CannedServer
+from tests.support.network import CannedServer
 
 REDOS_PATTERN = "^(a+)+$"
 REDOS_INPUT = "a" * 26 + "!"  # about 14 s of backtracking in Python's re; RE2 answers at once

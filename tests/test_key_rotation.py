@@ -16,11 +16,11 @@ from sidecar.domain.sealing import Sealer, fingerprint, generate_key
 from sidecar.store import remote_agents, rotation, runs, sealed, waits
 from sidecar.store.models import DependencyWait, Outbound, RemoteAgent
 from sidecar.store.remote_agents import AgentFields
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, tool_results
-from tests.helpers import ROOT, run_row, stop_process, wait_until
-from tests.helpers import start_worker as worker_process
-
-pytest_plugins = ["tests.delegation_support"]
+from tests.support import ROOT
+from tests.support.delegation import A2A_DATABASES, delegating_run
+from tests.support.runs import run_row, tool_results
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process
 
 AUTH = AgentFields(url="http://127.0.0.1:9/", poll_interval_seconds=60, deadline_seconds=600,
                    auth_header="X-Api-Key", auth_value="s3cret")
@@ -61,6 +61,7 @@ def seed_wait(sealer: Sealer, agent: str = "research") -> DependencyWait:
 
 
 @pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
+@pytest.mark.usefixtures("delegation_offered")
 def test_runs_waiting_under_the_old_key_complete_after_rotation_and_the_old_keys_removal(
         settings, sealing_key, new_key, peers, start_worker, tmp_path):
     old = sealing_key
@@ -93,8 +94,8 @@ def test_runs_waiting_under_the_old_key_complete_after_rotation_and_the_old_keys
     keys.configure(only(settings, new_key))
     assert sealed.unsealable_checkpoints(keys.sealer().fingerprints) == 0
     assert remote_agents.auth_of(RemoteAgent.get_by_id("research")) == ("X-Api-Key", "s3cret")
-    process = worker_process(settings.database_url, lease=5.0, log_path=tmp_path / "worker.log",
-                           env={"NRLLM_SECRET_KEYS": new_key, "NRLLM_REMOTE_ALLOW": "127.0.0.1"})
+    process = start_worker_process(settings.database_url, lease=5.0, log_path=tmp_path / "worker.log",
+                                   env={"NRLLM_SECRET_KEYS": new_key, "NRLLM_REMOTE_ALLOW": "127.0.0.1"})
     try:
         for run_id in ids:
             assert waits.poll_now(waits.current(run_id).id)

@@ -12,7 +12,7 @@ from sidecar import keys
 from sidecar.app import create_app
 from sidecar.config import Settings
 from sidecar.domain.sealing import fingerprint, generate_key
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 SERVER_URLS = ["postgresql://nobody@127.0.0.1:1/none", "mysql://nobody@127.0.0.1:1/none"]
 

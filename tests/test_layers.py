@@ -4,7 +4,7 @@ and domain/ is pure."""
 import ast
 from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 PACKAGES = ("sidecar", "compat", "plugins")  # the folders
 # The names they are imported by: compat/ and plugins/ install as nrllm_sidecar_compat and nrllm_sidecar_plugins.

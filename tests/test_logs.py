@@ -14,10 +14,8 @@ from click.testing import CliRunner
 
 from sidecar import __version__, logs
 from sidecar.cli import main
-from tests.api_helpers import as_host
-from tests.helpers import ROOT
-
-pytest_plugins = ["tests.api_support"]
+from tests.support import ROOT
+from tests.support.api import as_host
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from sidecar.domain.vocabulary import SegmentOutcome
 from sidecar.engine import AgentLoop
 from sidecar.store import events, runs
 from sidecar.store.models import ToolResult
-from tests.engine_support import make_settings, registry, run_segment
-from tests.helpers import run_row
+from tests.support.engine import make_settings, registry
+from tests.support.runs import run_row
+from tests.support.segments import drive_segment
 
 API_KEY = "sk-test-secret"
 
@@ -96,7 +97,7 @@ def test_tool_calls_then_a_final_answer_with_tokens_counted_from_usage(sqlite_ur
     chat_server.answer(_completion({"content": "The echo said: from the model"},
                                    {"prompt_tokens": 40, "completion_tokens": 5}))
     run_id = _openai_run()
-    assert run_segment(_loop(chat_server)) is SegmentOutcome.COMPLETED
+    assert drive_segment(loop=_loop(chat_server)) is SegmentOutcome.COMPLETED
 
     row = run_row(run_id)
     assert (row.status, row.output) == ("completed", "The echo said: from the model")
@@ -119,7 +120,7 @@ def test_tool_calls_then_a_final_answer_with_tokens_counted_from_usage(sqlite_ur
 def test_the_runs_model_wins_over_the_configured_one(sqlite_url, chat_server):
     chat_server.answer(_completion({"content": "ok"}))
     _openai_run(model="other-model")
-    run_segment(_loop(chat_server))
+    drive_segment(loop=_loop(chat_server))
     assert chat_server.requests[0]["body"]["model"] == "other-model"
 
 
@@ -128,7 +129,7 @@ def test_malformed_tool_arguments_from_the_model_are_an_error_result_and_the_mod
     chat_server.answer(_completion({"content": None, "tool_calls": [_tool_call("c1", "echo", '{"text": ')]}))
     chat_server.answer(_completion({"content": "sorry"}))
     run_id = _openai_run()
-    assert run_segment(_loop(chat_server)) is SegmentOutcome.COMPLETED
+    assert drive_segment(loop=_loop(chat_server)) is SegmentOutcome.COMPLETED
     (result,) = ToolResult.select().where(ToolResult.run == run_id)
     assert result.result == "error: the arguments of echo are not a JSON object"
     # The model sees its own arguments again exactly as it sent them.
@@ -150,7 +151,7 @@ def test_a_failing_provider_fails_the_run_with_the_reason_in_its_events(
     chat_server.answer(body, status=status, delay=delay)
     run_id = _openai_run()
     started = time.monotonic()
-    assert run_segment(_loop(chat_server, timeout=0.5)) is SegmentOutcome.FAILED
+    assert drive_segment(loop=_loop(chat_server, timeout=0.5)) is SegmentOutcome.FAILED
     assert time.monotonic() - started < 1.9  # the timeout, not the server's delay, decided
     row = run_row(run_id)
     assert (row.status, row.termination_reason, row.iterations_used) == ("failed", "provider_failed", 0)
@@ -166,7 +167,7 @@ def test_an_unreachable_server_fails_the_run_with_the_reason(sqlite_url, chat_se
     chat_server.close()  # nothing listens on that port any more
     settings = make_settings(openai_base_url=url, openai_model="m", openai_timeout=0.5)
     run_id = _openai_run()
-    run_segment(AgentLoop(registry(settings=settings)))
+    drive_segment(loop=AgentLoop(registry(settings=settings)))
     (error,) = [e["payload"] for e in events.list_events(run_id) if e["kind"] == "error"]
     assert f"cannot reach {url}/chat/completions" in error["message"]
 
@@ -181,7 +182,7 @@ def test_unstorable_text_from_the_model_is_replaced_so_every_database_stores_the
                                     "tool_calls": [_tool_call("call_1", "echo", f'{{"text": "a{escaped}b"}}')]}))
     chat_server.answer(_completion({"content": f"done{unstorable}"}))
     run_id = _openai_run()
-    assert run_segment(_loop(chat_server)) is SegmentOutcome.COMPLETED
+    assert drive_segment(loop=_loop(chat_server)) is SegmentOutcome.COMPLETED
     row = run_row(run_id)
     assert (row.status, row.output) == ("completed", "done\ufffd")
     assert chat_server.requests[1]["body"]["messages"][-1]["content"] == "a\ufffdb"

@@ -4,9 +4,7 @@ every pattern is a regex of the language OpenAPI names (ECMA-262), so clients an
 import pytest
 from openapi_spec_validator import OpenAPIV30SpecValidator
 
-from tests.api_helpers import as_operator
-
-pytest_plugins = ["tests.api_support"]
+from tests.support.api import as_operator
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -13,11 +13,10 @@ from sidecar.api.error_codes import ERROR_CODES
 from sidecar.api.errors import _DEFAULT_CODES
 from sidecar.api.event_schemas import PAYLOADS
 from sidecar.domain.errors import answered_kinds
-from tests.api_helpers import as_host, as_operator
-from tests.decision_helpers import INPUT_SCRIPT, body, paused_run
-from tests.helpers import ROOT
+from tests.support import ROOT
+from tests.support.api import as_host, as_operator
+from tests.support.decisions import INPUT_SCRIPT, body, paused_run
 
-pytest_plugins = ["tests.api_support"]
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 # Calls whose first two arguments are an HTTP status and an error code.

@@ -13,22 +13,12 @@ from sidecar.domain.vocabulary import SegmentOutcome
 from sidecar.segment import Segment
 from sidecar.store import notes, pauses, runs
 from sidecar.store.models import Decision, PersonPause, ToolResult
-from tests.api_helpers import ACTOR
-from tests.decision_helpers import (
-    APPROVAL_SCRIPT,
-    ASK_TURN,
-    INPUT_SCRIPT,
-    NOTE_TURN,
-    claim,
-    drive,
-    kinds,
-    pause_of,
-    paused_run,
-    payloads,
-)
-from tests.engine_support import requeue_as_the_reaper_would
-from tests.helpers import run_row
-from tests.lossy_proxy import CannedServer
+from tests.support.api import ACTOR
+from tests.support.decisions import APPROVAL_SCRIPT, ASK_TURN, INPUT_SCRIPT, NOTE_TURN, pause_of, paused_run
+from tests.support.engine import requeue_as_the_reaper_would
+from tests.support.network import CannedServer
+from tests.support.runs import event_kinds, event_payloads, run_row
+from tests.support.segments import claim_next, drive_segment
 
 TWO_CALLS = [{"tool_calls": [{"id": "e", "name": "echo", "arguments": {"text": "first"}},
                              {"id": "n", "name": "write_note", "arguments": {"text": "hello"}}]},
@@ -45,7 +35,7 @@ def decide(run_id: str, decision: str = "approve", *, actor: str = ACTOR, **extr
 
 def test_a_turn_that_calls_write_note_waits_for_approval_before_any_of_its_calls_runs(database_url):
     run_id = runs.create_run(ACTOR, "x", spec={"script": TWO_CALLS, "provider": "scripted"}, wake=False)
-    assert drive(run_id) is SegmentOutcome.AWAITING_APPROVAL
+    assert drive_segment(run_id) is SegmentOutcome.AWAITING_APPROVAL
     row = run_row(run_id)
     assert (row.status, row.lease_holder, row.pause_generation) == ("waiting_for_approval", None, 1)
     assert ToolResult.select().where(ToolResult.run == run_id).count() == 0, "no call of the turn ran"
@@ -54,55 +44,55 @@ def test_a_turn_that_calls_write_note_waits_for_approval_before_any_of_its_calls
     pause = pause_of(run_id)
     assert pause["pending_calls"] == shown and pause["generation"] == 1
     assert pause["turn_digest"] == turn_digest(shown) and len(pause["turn_digest"]) == 64
-    (event,) = payloads(run_id, "pause")
+    (event,) = event_payloads(run_id, "pause")
     assert event == {"kind": "approval", "pause_id": pause["pause_id"], "generation": 1, "turn_index": 0,
                      "turn_digest": pause["turn_digest"], "pending_calls": shown}
-    assert kinds(run_id)[-2:] == ["pause", "status"]
+    assert event_kinds(run_id)[-2:] == ["pause", "status"]
 
 
 def test_an_approved_turn_runs_its_calls_and_the_note_is_written_once(database_url):
     run_id = runs.create_run(ACTOR, "x", spec={"script": TWO_CALLS, "provider": "scripted"}, wake=False)
-    drive(run_id)
+    drive_segment(run_id)
     receipt = decide(run_id, comment="fine")
     row = run_row(run_id)
     assert (row.status, row.continuation, row.waiting_on) == ("queued", receipt.id, None)
-    assert drive(run_id) is SegmentOutcome.COMPLETED
+    assert drive_segment(run_id) is SegmentOutcome.COMPLETED
     assert run_row(run_id).output == "done: note written: hello"
     assert notes.of_run(run_id) == ["hello"]
-    (decision,) = payloads(run_id, "decision")
+    (decision,) = event_payloads(run_id, "decision")
     assert (decision["by"], decision["decision"], decision["comment"], decision["mode"]) == (ACTOR, "approve",
                                                                                             "fine", "store")
-    (resume,) = payloads(run_id, "resume")
+    (resume,) = event_payloads(run_id, "resume")
     assert resume == {"pause_id": receipt.pause_id, "receipt_id": receipt.id, "resolution": "approve", "by": ACTOR}
     assert Decision.get_by_id(receipt.id).applied_at is not None and run_row(run_id).continuation is None
 
 
 def test_a_denial_gives_every_pending_call_its_comment_and_the_model_continues(database_url):
     run_id = runs.create_run(ACTOR, "x", spec={"script": TWO_CALLS, "provider": "scripted"}, wake=False)
-    drive(run_id)
+    drive_segment(run_id)
     decide(run_id, "deny", comment="not today")
-    assert drive(run_id) is SegmentOutcome.COMPLETED
+    assert drive_segment(run_id) is SegmentOutcome.COMPLETED
     assert run_row(run_id).output == "done: denied: not today"
     results = {r.tool_call_id: r.result for r in ToolResult.select().where(ToolResult.run == run_id)}
     assert results == {"e": "denied: not today", "n": "denied: not today"}
     assert notes.of_run(run_id) == []
-    assert [t["result"] for t in payloads(run_id, "tool")] == ["denied: not today"] * 2
+    assert [t["result"] for t in event_payloads(run_id, "tool")] == ["denied: not today"] * 2
 
 
 def test_a_denial_without_a_comment_still_says_denied(database_url):
     run_id = paused_run()
     decide(run_id, "deny")
-    drive(run_id)
+    drive_segment(run_id)
     assert run_row(run_id).output == "done: denied: (no comment)"
 
 
 def test_with_on_denial_fail_a_denial_fails_the_run_approval_denied(database_url):
     run_id = paused_run(on_denial="fail")
     decide(run_id, "deny", comment="no")
-    assert drive(run_id) is SegmentOutcome.FAILED
+    assert drive_segment(run_id) is SegmentOutcome.FAILED
     row = run_row(run_id)
     assert (row.status, row.termination_reason, row.continuation) == ("failed", "approval_denied", None)
-    assert notes.of_run(run_id) == [] and kinds(run_id)[-2:] == ["resume", "status"]
+    assert notes.of_run(run_id) == [] and event_kinds(run_id)[-2:] == ["resume", "status"]
 
 
 def test_ask_user_waits_for_input_and_the_input_is_its_result_as_compact_json(database_url):
@@ -113,9 +103,9 @@ def test_ask_user_waits_for_input_and_the_input_is_its_result_as_compact_json(da
     assert (pause["question"], pause["tool_call_id"]) == ("Which page?", "ask")
     assert pause["input_schema"] == ASK_TURN["tool_calls"][0]["arguments"]["schema"]
     decide(run_id, "input", input={"page": 42})
-    assert drive(run_id) is SegmentOutcome.COMPLETED
+    assert drive_segment(run_id) is SegmentOutcome.COMPLETED
     assert run_row(run_id).output == 'got {"page":42}'
-    (tool,) = payloads(run_id, "tool")
+    (tool,) = event_payloads(run_id, "tool")
     assert (tool["name"], tool["tool_call_id"], tool["result"]) == ("ask_user", "ask", '{"page":42}')
 
 
@@ -124,7 +114,7 @@ def test_ask_user_with_a_schema_that_is_not_one_is_an_error_result_and_no_pause(
                                "arguments": {"question": "?", "schema": {"type": "no-such-type"}}}]},
               {"content": "{last_tool_result}"}]
     run_id = runs.create_run(ACTOR, "x", spec={"script": script, "provider": "scripted"}, wake=False)
-    assert drive(run_id) is SegmentOutcome.COMPLETED
+    assert drive_segment(run_id) is SegmentOutcome.COMPLETED
     output = run_row(run_id).output
     assert output.startswith("error: invalid arguments for ask_user: schema: not a valid JSON schema"), output
     assert run_row(run_id).pause_generation == 0
@@ -134,7 +124,7 @@ def test_a_run_paused_twice_has_generation_two_and_each_pause_its_own_id(databas
     run_id = paused_run([ASK_TURN, NOTE_TURN, {"content": "end"}])
     first = pause_of(run_id)
     decide(run_id, "input", input={"page": 1})
-    assert drive(run_id) is SegmentOutcome.AWAITING_APPROVAL
+    assert drive_segment(run_id) is SegmentOutcome.AWAITING_APPROVAL
     second = pause_of(run_id)
     assert (first["generation"], second["generation"], run_row(run_id).pause_generation) == (1, 2, 2)
     assert first["pause_id"] != second["pause_id"]
@@ -155,11 +145,11 @@ def test_a_segment_retried_after_the_decision_was_applied_does_not_apply_it_agai
     run_id = paused_run()
     decide(run_id)
     # The first continuer applies the decision, then dies before anything else.
-    assert continue_from_decision(Segment(claim(run_id), runs.get_run(run_id))) is None
+    assert continue_from_decision(Segment(claim_next(run_id), runs.get_run(run_id))) is None
     requeue_as_the_reaper_would(run_id)
-    assert drive(run_id) is SegmentOutcome.COMPLETED
+    assert drive_segment(run_id) is SegmentOutcome.COMPLETED
     assert notes.of_run(run_id) == ["hello"]
-    assert (kinds(run_id).count("decision"), kinds(run_id).count("resume")) == (1, 1)
+    assert (event_kinds(run_id).count("decision"), event_kinds(run_id).count("resume")) == (1, 1)
 
 
 def test_a_continuer_whose_decider_lost_the_right_puts_the_run_back_on_the_same_pause(database_url):
@@ -170,26 +160,26 @@ def test_a_continuer_whose_decider_lost_the_right_puts_the_run_back_on_the_same_
     grants.replace("be_user:9", "0", ["agent:approve"])
     receipt = decide(run_id, actor="be_user:9", comment="looks fine")
     grants.replace("be_user:9", "0", [])
-    assert drive(run_id) is SegmentOutcome.AWAITING_APPROVAL
+    assert drive_segment(run_id) is SegmentOutcome.AWAITING_APPROVAL
     row = run_row(run_id)
     assert (row.status, row.waiting_on, row.continuation, row.pause_generation) == (
         "waiting_for_approval", pause["pause_id"], None, 1)
     assert pause_of(run_id) == pause, "the same pause, open again"
-    (refused,) = payloads(run_id, "decision_refused")
+    (refused,) = event_payloads(run_id, "decision_refused")
     assert (refused["receipt_id"], refused["by"], refused["pause_id"], refused["comment"]) == (
         receipt.id, "be_user:9", pause["pause_id"], "looks fine")
     assert notes.of_run(run_id) == [] and Decision.get_by_id(receipt.id).refused_at is not None
     # The owner decides it now, and the run goes on from the same pause.
     decide(run_id)
-    assert drive(run_id) is SegmentOutcome.COMPLETED and notes.of_run(run_id) == ["hello"]
+    assert drive_segment(run_id) is SegmentOutcome.COMPLETED and notes.of_run(run_id) == ["hello"]
 
 
 def test_a_turn_approved_once_is_not_asked_again_when_its_other_calls_are_retried(database_url):
     run_id = runs.create_run(ACTOR, "x", spec={"script": TWO_CALLS, "provider": "scripted"}, wake=False)
-    drive(run_id)
+    drive_segment(run_id)
     decide(run_id)
-    drive(run_id)
-    assert kinds(run_id).count("pause") == 1
+    drive_segment(run_id)
+    assert event_kinds(run_id).count("pause") == 1
     assert pauses.turn_approved(run_id, 0) and not pauses.turn_approved(run_id, 1)
     assert json.loads(PersonPause.get(PersonPause.run == run_id).pending_calls)[1]["name"] == "write_note"
 
@@ -218,7 +208,7 @@ def test_ask_user_with_a_schema_that_refers_outside_or_to_nothing_is_an_error_re
         database_url, reference):
     with CannedServer(SECRET_DOCUMENT) as server:
         run_id = _asking({"$ref": reference.format(url=server.url)})
-        assert drive(run_id) is SegmentOutcome.COMPLETED
+        assert drive_segment(run_id) is SegmentOutcome.COMPLETED
         assert server.requests == []
     output = run_row(run_id).output
     assert output.startswith("error: invalid arguments for ask_user: schema: $ref"), output
@@ -255,10 +245,10 @@ def test_a_cancel_that_comes_while_the_pause_is_committed_ends_the_run(database_
         return original(*args, **kwargs)
 
     monkeypatch.setattr(pausing, pause, cancel_first)
-    assert drive(run_id) is SegmentOutcome.CANCELLED
+    assert drive_segment(run_id) is SegmentOutcome.CANCELLED
     row = run_row(run_id)
     assert (row.status, row.termination_reason, row.lease_holder) == ("cancelled", "cancelled", None)
     # The pause was never written: the run went from running to cancelled, never showing a wait.
-    assert [(p["from"], p["to"]) for p in payloads(run_id, "status")][-1] == ("running", "cancelled")
-    assert waiting not in [p["to"] for p in payloads(run_id, "status")]
-    assert "pause" not in kinds(run_id) and PersonPause.select().where(PersonPause.run == run_id).count() == 0
+    assert [(p["from"], p["to"]) for p in event_payloads(run_id, "status")][-1] == ("running", "cancelled")
+    assert waiting not in [p["to"] for p in event_payloads(run_id, "status")]
+    assert "pause" not in event_kinds(run_id) and PersonPause.select().where(PersonPause.run == run_id).count() == 0

@@ -13,9 +13,7 @@ from sidecar.permissions import may
 from sidecar.plugin_api import PLUGIN_API_VERSION, RunView
 from sidecar.plugins import build_plugin_manager, plugin_manager
 from sidecar.store import runs
-from tests.engine_support import make_settings
-
-pytest_plugins = ["tests.api_support"]
+from tests.support.engine import make_settings
 
 
 class Recorder:

@@ -15,8 +15,8 @@ from sidecar.engine.registry import build_registry
 from sidecar.engine.tools import EchoTool
 from sidecar.hookspecs import hookimpl
 from sidecar.plugins import PluginLoadError, build_plugin_manager, plugin_manager
-from tests.engine_support import make_settings
-from tests.helpers import ROOT
+from tests.support import ROOT
+from tests.support.engine import make_settings
 
 
 def _installed_plugin(root, name: str, source: str) -> None:

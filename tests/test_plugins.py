@@ -1,5 +1,5 @@
 """A plugin as its author ships it: tests/example_plugin, a separate package made importable to the tests
-as an installed one (tests/plugin_site.py), loaded through its entry point. Its tool, provider, route,
+as an installed one (tests/support/plugin_site.py), loaded through its entry point. Its tool, provider, route,
 status listener and consumer at work, in this process and in a worker process."""
 
 import os
@@ -19,11 +19,12 @@ from sidecar.store import consumers as consumer_store
 from sidecar.store import db as store_db
 from sidecar.store import events, runs
 from sidecar.store.models import Run
-from tests.api_helpers import as_host
-from tests.engine_support import run_segment
-from tests.helpers import ROOT, run_row, start_worker, stop_process, wait_until
-
-pytest_plugins = ["tests.api_support"]
+from tests.support import ROOT
+from tests.support.api import as_host
+from tests.support.runs import run_row
+from tests.support.segments import drive_segment
+from tests.support.waiting import wait_until
+from tests.support.workers import start_worker_process, stop_process
 
 EXAMPLE_HOOKS = ["nrllm_consumers", "nrllm_model_providers", "nrllm_permission_check", "nrllm_register_routes",
                  "nrllm_run_status_changed", "nrllm_tools"]
@@ -80,7 +81,7 @@ def test_its_tool_is_offered_and_a_run_using_it_completes(started):
                         {"id": "c2", "name": "reverse", "arguments": {"text": ""}}]},
         {"content": "done"},
     ]})
-    run_segment(AgentLoop(registry))
+    drive_segment(loop=AgentLoop(registry))
     results = [e["payload"]["result"] for e in events.list_events(run_id) if e["kind"] == "tool"]
     assert results == ["desserts", "error: there is no text to reverse"]
     assert (run_row(run_id).status, run_row(run_id).output) == ("completed", "done")
@@ -88,7 +89,7 @@ def test_its_tool_is_offered_and_a_run_using_it_completes(started):
 
 def test_its_provider_answers_a_run_that_names_it(started):
     run_id = runs.create_run("be_user:7", "anything", spec={"provider": "constant"})
-    run_segment(AgentLoop(build_registry(started)))
+    drive_segment(loop=AgentLoop(build_registry(started)))
     row = run_row(run_id)
     assert (row.status, row.output) == ("completed", example.CONSTANT_ANSWER)
 
@@ -119,7 +120,7 @@ def observer(started, database_url):
 
 def test_status_notifications_arrive_after_commit_in_order(started, observer):
     run_id = runs.create_run("be_user:7", "x", spec={"provider": "constant"})
-    run_segment(AgentLoop(build_registry(started)))
+    drive_segment(loop=AgentLoop(build_registry(started)))
     told = [(old, new) for rid, old, new in example.NOTIFICATIONS if rid == run_id]
     assert told == [(None, "queued"), ("queued", "running"), ("running", "completed")]
     statuses = [e["payload"] for e in events.list_events(run_id) if e["kind"] == "status"]
@@ -150,7 +151,7 @@ def test_a_worker_process_notifies_the_plugin(database_url, tmp_path, monkeypatc
     # Set after the run is queued, so that only the worker's notifications are logged, not this process's.
     log = tmp_path / "statuses.log"
     monkeypatch.setenv(example.LOG_ENV, str(log))
-    worker = start_worker(database_url, log_path=tmp_path / "worker.log")
+    worker = start_worker_process(database_url, log_path=tmp_path / "worker.log")
     try:
         wait_until(lambda: run_row(run_id).status == "completed", what="the worker to complete the run")
         wait_until(lambda: f"{run_id} running completed\n" in log.read_text(), what="the last notification")

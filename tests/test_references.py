@@ -1,10 +1,10 @@
 """Every document the code and the docs cite is in the repository, with the section they name; nothing
-cites a design document kept elsewhere (tests/reference_scan.py says what counts as a reference)."""
+cites a design document kept elsewhere (tests/support/reference_scan.py says what counts as a reference)."""
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.reference_scan import Scan, project_files
+from tests.support import ROOT
+from tests.support.reference_scan import Scan, project_files
 
 OUTSIDE_NAME = "ADR-" + "281"  # the number of the durable-wait decision in a design kept outside this repository
 SAMPLES = ROOT / "tests" / "test_references.py"  # this file: its broken references are samples for the scan

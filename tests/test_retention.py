@@ -12,7 +12,6 @@ import pytest
 
 from sidecar.config import Settings
 from sidecar.domain.clock import utcnow
-from sidecar.domain.lease import LeasePolicy
 from sidecar.domain.retention import parse_cutoff, parse_duration
 from sidecar.purger import RetentionPurger
 from sidecar.store import retention, runs
@@ -28,8 +27,8 @@ from sidecar.store.models import (
     ToolResult,
 )
 from sidecar.testing import StepExecutor
-from sidecar.worker import Worker
-from tests.helpers import cli_in_process, wait_until
+from tests.support.commands import cli_in_process
+from tests.support.waiting import wait_until
 
 OLD = timedelta(days=40)
 CUTOFF_AGE = timedelta(days=30)
@@ -168,15 +167,11 @@ def test_runs_purge_command_prints_counts_per_table_and_refuses_a_bad_age(databa
     assert bad.exit_code == 2 and "neither a duration" in bad.output
 
 
-def test_a_worker_with_a_retention_purges_on_its_timer(database_url):
+def test_a_worker_with_a_retention_purges_on_its_timer(start_worker):
     going, recent = _run("completed"), _run("completed", age=timedelta(days=1))
     purger = RetentionPurger(CUTOFF_AGE, first_delay=0.05, interval=0.2)
-    worker = Worker(StepExecutor(), LeasePolicy(5.0), poll_interval=0.05, companions=(purger,))
-    worker.start()
-    try:
-        wait_until(lambda: purger.passes >= 2, what="two purge passes")
-    finally:
-        worker.stop(grace=5)
+    start_worker(StepExecutor(), coordinators=0, companions=(purger,))
+    wait_until(lambda: purger.passes >= 2, what="two purge passes")
     assert _rows_of(going)["runs"] == 0 and _rows_of(recent)["runs"] == 1
 
 

@@ -15,12 +15,11 @@ from sidecar.delegation import push
 from sidecar.domain import push_tokens
 from sidecar.store import db, migrations, outbound, status_guard, tokens, waits
 from sidecar.store.models import DependencyWait, Outbound, SchemaMigration
-from tests.api_helpers import ACTOR, as_host, as_operator
-from tests.delegation_helpers import A2A_DATABASES, delegating_run, journalled_send, register, send_body, tool_results
-from tests.helpers import run_row, wait_until
-from tests.secrets_scan import found_in_columns, found_in_files, sqlite_files
-
-pytest_plugins = ["tests.delegation_support", "tests.webhook_support"]
+from tests.support.api import ACTOR, as_host, as_operator
+from tests.support.delegation import A2A_DATABASES, delegating_run, journalled_send, register, send_body
+from tests.support.runs import run_row, tool_results
+from tests.support.secrets_scan import found_in_columns, found_in_files, sqlite_files
+from tests.support.waiting import wait_until
 
 AGENT_SECRET = "agent-credential-5f1c9e0a7b"
 
@@ -33,8 +32,8 @@ def _delegating_body(message: str) -> dict:
 
 
 @pytest.mark.parametrize("database_url", ["sqlite", "postgresql", "mysql"], indirect=True)
-def test_no_secret_made_through_the_api_is_stored_in_the_clear(database_url, peers, webhook, start_push_worker):
-    client = webhook.app.test_client()
+@pytest.mark.usefixtures("delegation_offered")
+def test_no_secret_made_through_the_api_is_stored_in_the_clear(database_url, peers, webhook, start_worker, client):
     host_token, operator_token = tokens.create("typo3", "host")[0], tokens.create("ops", "operator")[0]
     peer = peers.start(card="1.0", push=True)
     registered = client.post("/api/v1/remote-agents", headers=as_operator(operator_token), json={
@@ -44,7 +43,7 @@ def test_no_secret_made_through_the_api_is_stored_in_the_clear(database_url, pee
     created = client.post("/api/v1/runs", headers=as_host(host_token), json=_delegating_body("work:1:pushed"))
     assert created.status_code == 201, created.get_json()
     run_id = created.get_json()["id"]
-    start_push_worker(concurrency=1)
+    start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "completed", timeout=30, what="the delegating run to complete")
     assert tool_results(run_id) == ["pushed"] and run_row(run_id).owner == ACTOR
 
@@ -125,20 +124,21 @@ def test_the_instance_folder_and_the_sqlite_files_are_private(tmp_path):
 
 
 @pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True)
-def test_an_operator_resend_with_pushes_sends_a_new_token_and_journals_none(peers, webhook, start_push_worker,
-                                                                           operator_headers):
+@pytest.mark.usefixtures("delegation_offered")
+def test_an_operator_resend_with_pushes_sends_a_new_token_and_journals_none(peers, webhook, start_worker,
+                                                                           client, operator_headers):
     # A 0.3 peer has no ListTasks: the lost send can only be resent.
     peer = peers.start(card="0.3", push=True)
     proxy = peers.lossy_proxy(peer, drop=("message/send",))
     register("research", proxy.url, poll=60, push=True)
     run_id = delegating_run("research", "work:0.5:resent answer")
-    start_push_worker(concurrency=1)
+    start_worker(settings=webhook.settings, concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     (lost,) = Outbound.select()
     assert lost.outcome == "outcome_unknown"
     proxy.drop.clear()
 
-    resent = webhook.app.test_client().post(f"/api/v1/outbound/{lost.id}/resend", headers=operator_headers)
+    resent = client.post(f"/api/v1/outbound/{lost.id}/resend", headers=operator_headers)
     assert resent.status_code == 201, resent.get_json()
     first, second = peer.push_tokens()
     assert first != second

@@ -13,10 +13,12 @@ import pytest
 
 from sidecar.store import db as store_db
 from sidecar.store import migrations, runs, tokens
-from tests.api_helpers import ACTOR, as_host
-from tests.helpers import ROOT, stop_process, wait_until
-from tests.serve_support import parse_answer, raw_request, read_until_closed, start_serve
-from tests.sse_client import EventStream
+from tests.support import ROOT
+from tests.support.api import ACTOR, as_host
+from tests.support.servers import parse_answer, raw_request, read_until_closed, start_serve
+from tests.support.streams import EventStream
+from tests.support.waiting import wait_until
+from tests.support.workers import stop_process
 
 pytestmark = pytest.mark.slow
 

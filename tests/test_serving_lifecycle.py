@@ -13,10 +13,13 @@ from sidecar import failpoints
 from sidecar.domain.lease import LeasePolicy
 from sidecar.serving.server import GRACEFUL_TIMEOUT
 from sidecar.store import runs, tokens, workers
-from tests.api_helpers import ACTOR, as_host
-from tests.helpers import ROOT, run_row, sequences, steps_input, stop_process, wait_until
-from tests.serve_support import STEPS, process_tree, start_serve
-from tests.sse_client import EventStream
+from tests.support import ROOT
+from tests.support.api import ACTOR, as_host
+from tests.support.runs import run_row, sequences, steps_input
+from tests.support.servers import STEPS, process_tree, start_serve
+from tests.support.streams import EventStream
+from tests.support.waiting import wait_until
+from tests.support.workers import stop_process
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,9 @@ import urllib.request
 import pytest
 
 from sidecar.store import runs, tokens
-from tests.api_helpers import ACTOR
-from tests.serve_support import cpu_seconds, process_tree, start_serve
-from tests.stream_crowd import StreamCrowd
+from tests.support.api import ACTOR
+from tests.support.servers import cpu_seconds, process_tree, start_serve
+from tests.support.streams import StreamCrowd
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from sidecar.domain.vocabulary import RunStatus
 from sidecar.store import db as store_db
 from sidecar.store import leases, migrations, runs
 from sidecar.store.models import Run, RunEvent
-from tests.helpers import event_kinds, run_row, sequences
+from tests.support.runs import event_kinds, run_row, sequences
 
 LEASE = LeasePolicy(30)
 

@@ -10,7 +10,7 @@ from sidecar.domain.errors import LeaseLost
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db, grants, leases, outbound, runs, status_guard, turns
 from sidecar.store.models import Run
-from tests.helpers import run_row
+from tests.support.runs import run_row
 
 LEASE = LeasePolicy(30)
 

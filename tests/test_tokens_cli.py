@@ -9,11 +9,10 @@ import sys
 
 from sidecar.store import runs
 from sidecar.store.models import ApiToken
-from tests.api_helpers import ACTOR, as_host
-from tests.helpers import ROOT, cli_in_process, run_row
-
-pytest_plugins = ["tests.api_support"]
-
+from tests.support import ROOT
+from tests.support.api import ACTOR, as_host
+from tests.support.commands import cli_in_process
+from tests.support.runs import run_row
 
 _cli = cli_in_process
 

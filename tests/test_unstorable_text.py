@@ -3,10 +3,11 @@ by U+FFFD, so the result is stored and the run completes, on every database (the
 
 import pytest
 
-from tests.delegation_helpers import register, tool_results
+from tests.support.delegation import register
+from tests.support.runs import tool_results
 from tests.test_delegation_outcomes import FINAL, delegate, finished, scripted_run
 
-pytest_plugins = ["tests.delegation_support"]
+pytestmark = pytest.mark.usefixtures("delegation_offered")
 
 MARK = "UNSTORABLE-HERE"  # what the peer answers; the proxy turns it into the escape the peer could not send
 

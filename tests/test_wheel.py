@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 OWN_NAMES = {"sidecar", "nrllm_sidecar_compat", "nrllm_sidecar_plugins"}
 FOLDERS = {"sidecar": "sidecar", "compat": "nrllm_sidecar_compat", "plugins": "nrllm_sidecar_plugins"}

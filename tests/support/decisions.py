@@ -1,15 +1,10 @@
-"""Plain helpers of the decision tests: runs that pause for approval or input, and decision bodies."""
+"""Helpers of the decision tests: runs that pause for approval or input, and decision bodies."""
 
 from sidecar.config import Settings
-from sidecar.domain.clock import utcnow
-from sidecar.domain.lease import LeasePolicy
-from sidecar.engine import AgentLoop
-from sidecar.engine.registry import build_registry
-from sidecar.segment import Segment
-from sidecar.store import events, pauses, runs
-from sidecar.store.leases import Claim
+from sidecar.store import pauses, runs
 from sidecar.store.models import Decision, Grant, IdempotencyRecord, Note, PersonPause, Run, RunEvent
-from tests.api_helpers import ACTOR
+from tests.support.api import ACTOR
+from tests.support.segments import drive_segment
 
 NOTE_TURN = {"tool_calls": [{"id": "call_1", "name": "write_note", "arguments": {"text": "hello"}}]}
 APPROVAL_SCRIPT = [NOTE_TURN, {"content": "done: {last_tool_result}"}]
@@ -18,29 +13,6 @@ PAGE_SCHEMA = {"type": "object", "properties": {"page": {"type": "integer", "min
 ASK_TURN = {"tool_calls": [{"id": "ask", "name": "ask_user",
                             "arguments": {"question": "Which page?", "schema": PAGE_SCHEMA}}]}
 INPUT_SCRIPT = [ASK_TURN, {"content": "got {last_tool_result}"}]
-LEASE = LeasePolicy(30)
-
-
-def loop(settings: Settings | None = None) -> AgentLoop:
-    return AgentLoop(build_registry(settings or Settings.from_env()))
-
-
-def claim(run_id: str, holder: str = "test-worker") -> Claim:
-    """Claim this queued run as a worker's atomic claim would (the tests drive runs one by one)."""
-    now = utcnow()
-    taken = Run.update(status="running", lease_holder=holder, lease_expires_at=LEASE.expiry(now),
-                       lease_epoch=Run.lease_epoch + 1, queued_at=None, updated_at=now).where(
-        Run.id == run_id, Run.status == "queued").execute()
-    assert taken == 1, f"run {run_id} is not queued"
-    claim = Claim(run_id, Run.get_by_id(run_id).lease_epoch, holder)
-    events.append(run_id, [], "status", {"from": "queued", "to": "running"})
-    return claim
-
-
-def drive(run_id: str, settings: Settings | None = None):
-    """Execute one segment of this queued run in this thread, as a worker would; returns its outcome."""
-    c = claim(run_id)
-    return loop(settings).execute(Segment(c, runs.get_run(run_id)))
 
 
 def paused_run(script=None, *, owner: str = ACTOR, workspace: str = "0", on_denial: str = "continue",
@@ -48,7 +20,7 @@ def paused_run(script=None, *, owner: str = ACTOR, workspace: str = "0", on_deni
     """A run that waits for a person: created and driven to its first pause."""
     run_id = runs.create_run(owner, "please", workspace=workspace, wake=False, spec={
         "provider": "scripted", "script": script or APPROVAL_SCRIPT, "on_denial": on_denial})
-    drive(run_id, settings)
+    drive_segment(run_id, settings=settings)
     assert runs.get_run(run_id).status in ("waiting_for_approval", "waiting_for_input"), runs.get_run(run_id).status
     return run_id
 
@@ -64,14 +36,6 @@ def body(run_id: str, decision: str = "approve", mode: str = "store", **extra) -
     if decision in ("approve", "deny"):
         sent["turn_digest"] = pause["turn_digest"]
     return {**sent, **extra}
-
-
-def kinds(run_id: str) -> list[str]:
-    return [e["kind"] for e in events.list_events(run_id)]
-
-
-def payloads(run_id: str, kind: str) -> list[dict]:
-    return [e["payload"] for e in events.list_events(run_id) if e["kind"] == kind]
 
 
 def state() -> dict:

@@ -1,16 +1,22 @@
-"""A real `nrllm-sidecar serve` process (gunicorn, its HTTP workers, the worker beside them) and raw HTTP."""
+"""`nrllm-sidecar serve` in its own process: as the tests start it (`start_serve`: this checkout, the tests'
+plugins, a database of the test's) and as an installation runs it (`live_sidecar`: the installed command, an
+SQLite file of its own, without the tests' plugins); raw HTTP and the process tree."""
 
 import os
 import re
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import ROOT, stop_process, wait_until
+from tests.support import GENEROUS_LEASE, ROOT
+from tests.support.waiting import wait_until
+from tests.support.workers import stop_process
 
 STEPS = ("--executor", "sidecar.testing:StepExecutor")
+BIN = Path(sys.executable).parent  # where pip put the nrllm-sidecar command of this environment
 
 
 @dataclass
@@ -32,7 +38,7 @@ class Served:
 
 def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None = None) -> Served:
     """Start `serve --port 0` against the database; return once it says where it listens."""
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": "5", **(env or {})}
+    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(GENEROUS_LEASE), **(env or {})}
     log = open(log_path, "w")  # noqa: SIM115 - owned by the process; a file never blocks it as a full pipe would
     proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--port", "0", *args], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=log)
@@ -98,3 +104,37 @@ def cpu_seconds(pids) -> float:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / ticks
+
+
+@dataclass(frozen=True)
+class LiveSidecar:
+    url: str
+    env: dict  # the environment the sidecar runs with: its database, and PATH with nrllm-sidecar first
+    log: Path
+
+    def command(self, *args: str) -> str:
+        """Run `nrllm-sidecar ARGS` against this sidecar's database; its standard output."""
+        done = subprocess.run(["nrllm-sidecar", *args], env=self.env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+
+@contextmanager
+def live_sidecar(directory: Path, python_path: tuple[Path, ...] = ()):
+    # Without the tests' PYTHONPATH (the sidecar `make run` serves, without the test plugins); `python_path`
+    # adds plugins as installed ones (tests/support/plugin_site.py).
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in python_path)
+    env.update(NRLLM_DATABASE_URL=f"sqlite:///{directory / 'sidecar.db'}", PATH=f"{BIN}{os.pathsep}{env['PATH']}")
+    log = directory / "serve.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(["nrllm-sidecar", "serve", "--port", "0"], cwd=directory, env=env,
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        found = wait_until(lambda: proc.poll() is None and re.search(r"listening on (http://\S+)", log.read_text())
+                           or proc.poll() is not None, timeout=60, interval=0.1, what="the sidecar to listen")
+        assert proc.poll() is None, f"the sidecar stopped:\n{log.read_text()}"
+        yield LiveSidecar(found.group(1), env, log)
+    finally:
+        assert stop_process(proc) == 0, log.read_text()

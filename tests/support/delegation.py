@@ -1,17 +1,37 @@
-"""Plain helpers of the delegation tests (the fixtures are in delegation_support.py)."""
+"""Delegation to remote agents: real a2a-sdk peers (`peers`), the consumers' gate opened for delegation
+(`delegation_offered`), registered agents, delegating runs and journalled sends.
+
+A module of delegation flows marks itself `pytestmark = ON_A2A_DATABASES`."""
 
 import json
 import uuid
 
+import pytest
+
 from sidecar.domain import push_tokens
-from sidecar.domain.lease import LeasePolicy
-from sidecar.store import leases, outbound, remote_agents, runs
-from sidecar.store.events import list_events
-from sidecar.store.models import ToolResult
+from sidecar.store import consumers, leases, outbound, remote_agents, runs
 from sidecar.store.remote_agents import AgentFields
+from tests.support.peers import PeerPool
+from tests.support.segments import LEASE
 
 A2A_DATABASES = ["sqlite", "postgresql"]  # the A2A flows run on these (docs/architecture.md, "Databases and processes")
-LEASE = LeasePolicy(30)
+
+
+@pytest.fixture
+def delegation_offered(settings):
+    """The consumers' gate open, as after a host's empty report: runs may delegate."""
+    consumers.replace_report([])
+
+
+# The database parameters of the A2A flows, with delegation offered.
+ON_A2A_DATABASES = [pytest.mark.parametrize("database_url", A2A_DATABASES, indirect=True),
+                    pytest.mark.usefixtures("delegation_offered")]
+
+
+@pytest.fixture
+def peers():
+    with PeerPool() as pool:
+        yield pool
 
 
 def register(name: str, url: str, *, poll: float = 0.2, deadline: float = 600.0, push: bool = False) -> None:
@@ -27,14 +47,6 @@ def delegating_run(agent: str, message: str, *, then: str = "Remote said: {last_
     ]
     return runs.create_run("be_user:7", f"delegate {message}", spec={"provider": "scripted", "script": script},
                            budget=budget)
-
-
-def tool_results(run_id: str) -> list[str]:
-    return [r.result for r in ToolResult.select().where(ToolResult.run == run_id).order_by(ToolResult.id)]
-
-
-def events_of(run_id: str, kind: str) -> list[dict]:
-    return [e["payload"] for e in list_events(run_id) if e["kind"] == kind]
 
 
 def journalled_send(*, outcome: str = "accepted", push: bool = False):

@@ -1,4 +1,5 @@
-"""Test parts for the engine: providers and tools that count their calls, and one segment run in-process.
+"""Test parts for the engine: providers and tools that count their calls or crash, and the agent loops that
+worker processes run with them (`--executor tests.support.engine:CountingAgentLoop`).
 
 The counting wrappers are real providers and tools around real ones; they only record what was called,
 in memory and (for worker processes) in the file named by NRLLM_TEST_CALL_LOG.
@@ -12,16 +13,12 @@ from pathlib import Path
 
 from sidecar.config import Settings
 from sidecar.domain.clock import utcnow
-from sidecar.domain.lease import LeasePolicy
-from sidecar.domain.vocabulary import SegmentOutcome, ToolEffect
+from sidecar.domain.vocabulary import ToolEffect
 from sidecar.engine import AgentLoop
 from sidecar.engine.registry import Registry, build_registry
 from sidecar.engine.tools import Tool
-from sidecar.segment import Segment
-from sidecar.store import leases, runs
+from sidecar.store import leases
 from sidecar.store.models import Run
-
-LEASE = LeasePolicy(30)
 
 
 class Crash(BaseException):
@@ -117,12 +114,6 @@ def registry(*extra_tools: Tool, settings: Settings | None = None, log: CallLog 
     return replace(base, tools=tools)
 
 
-def run_segment(loop: AgentLoop, segment_class=Segment) -> SegmentOutcome:
-    """Claim the one queued run and execute a segment of it in this thread."""
-    (claim,) = leases.claim_queued("test-worker", 1, LEASE)
-    return loop.execute(segment_class(claim, runs.get_run(claim.run_id)))
-
-
 def requeue_as_the_reaper_would(run_id: str) -> None:
     """The holder died: let its lease expire and reap it back to the queue."""
     Run.update(lease_expires_at=utcnow().replace(year=2000)).where(Run.id == run_id).execute()
@@ -173,3 +164,14 @@ class TickingAgentLoop(AgentLoop):
     def __init__(self):
         super().__init__(registry(TickingTool(CallLog(os.environ["NRLLM_TEST_CALL_LOG"])),
                                   settings=Settings.from_env()))
+
+
+class AgentLoopWokenOnlyByNotifications(AgentLoop):
+    """The agent loop of a worker process whose coordinator, where it listens for notifications (PostgreSQL),
+    sleeps an hour between looks instead of its 10 s: only a NOTIFY wakes it before a wait's poll is due."""
+
+    def __init__(self):
+        from sidecar.delegation import coordinator
+
+        coordinator.IDLE_SECONDS = 3600.0
+        super().__init__()

@@ -20,6 +20,8 @@ Usage (a `with PeerPool() as pool:` per test or module stops everything at the e
   peer.task_count       # tasks that exist on the peer; peer.tasks_in(context_id) their ids
   peer.calls["SendMessage"], peer.calls["CancelTask"], peer.calls["message/send"]
                         # JSON-RPC requests received, by method (kept across restarts)
+  peer.pushes["sent"], peer.pushes["answered"], peer.pushes_settled()
+                        # the notifications a push peer posted, and whether each was answered
   peer.restart()        # same port, every task forgotten (GetTask then answers -32001)
   Peer(record=path)     # also appends a JSON line to `path` for every JSON-RPC request (method, messageId)
                         # and every saved task (id, contextId, state): what the peer received and did,
@@ -63,7 +65,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.lossy_proxy import LossyProxy
+from tests.support.network import LossyProxy
 
 V1_PATH = "/a2a/v1"
 V03_PATH = "/a2a/v03"
@@ -179,6 +181,7 @@ class Peer:
         self.port = port
         self.calls: collections.Counter = collections.Counter()
         self.received: list[tuple[dict, dict]] = []  # (headers, JSON-RPC body) of every call, in order
+        self.pushes: collections.Counter = collections.Counter()  # notifications "sent" and "answered"
         self.record = Record(record) if record else None
         self.store = CountingTaskStore(self.record)
         self._server: uvicorn.Server | None = None
@@ -206,6 +209,19 @@ class Peer:
                 tokens.append(push["token"])
         return tokens
 
+    def pushes_settled(self) -> bool:
+        """The peer posted a notification, and every one it posted was answered."""
+        return 0 < self.pushes["sent"] == self.pushes["answered"]
+
+    def _push_client(self) -> httpx.AsyncClient:
+        async def sent(_request):
+            self.pushes["sent"] += 1
+
+        async def answered(_response):
+            self.pushes["answered"] += 1
+
+        return httpx.AsyncClient(event_hooks={"request": [sent], "response": [answered]})
+
     @property
     def task_count(self) -> int:
         return len(self.store.contexts)
@@ -219,7 +235,7 @@ class Peer:
         handler = DefaultRequestHandler(
             agent_executor=ScriptedAgent(), task_store=self.store, agent_card=card,
             push_config_store=push_store,
-            push_sender=BasePushNotificationSender(httpx.AsyncClient(), push_store) if self.push else None,
+            push_sender=BasePushNotificationSender(self._push_client(), push_store) if self.push else None,
         )
         routes = []
         for path in ("/", V1_PATH, V03_PATH):

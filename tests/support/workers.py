@@ -1,0 +1,147 @@
+"""The one way to start a worker process and the one way to run a worker in this process.
+
+`start_worker_process` starts `nrllm-sidecar worker` against a database; `worker_in_thread` starts a
+`Worker` in this process, with the agent loop and a delegation coordinator as the command has them, and the
+`start_worker` fixture does so and stops it at the end of the test. Both hold leases of GENEROUS_LEASE
+seconds unless the test says otherwise: only a test about a lease running out passes a short one.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sidecar.config import Settings
+from sidecar.delegation.coordinator import Coordinator
+from sidecar.domain.lease import LeasePolicy
+from sidecar.engine import AgentLoop
+from sidecar.engine.registry import build_registry
+from sidecar.worker import Worker
+from tests.support import GENEROUS_LEASE, ROOT
+
+
+def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_LEASE, log_path: Path | None = None,
+                         env: dict | None = None) -> subprocess.Popen:
+    """Start `nrllm-sidecar worker` in its own process against the test database."""
+    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease), **(env or {})}
+    stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "sidecar.cli", "worker", "--poll-interval", "0.1", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+
+
+def worker_in_thread(settings: Settings, executor=None, *, concurrency: int = 2, coordinators: int = 1,
+                     tick: float = 0.05, lease: float | None = None, companions: tuple = ()) -> Worker:
+    """A started worker in this process: `executor` (by default the agent loop of the settings), and
+    `coordinators` delegation coordinators ticking every `tick` seconds beside it, as `nrllm-sidecar worker`
+    has one, and other `companions`; its lease is the settings' unless `lease` says otherwise. The caller
+    stops it."""
+    coordinating = tuple(_counting_ticks(Coordinator(settings, tick_seconds=tick)) for _ in range(coordinators))
+    worker = Worker(executor or AgentLoop(build_registry(settings)), LeasePolicy(lease or settings.lease_seconds),
+                    concurrency=concurrency, poll_interval=0.05, companions=coordinating + tuple(companions))
+    worker.start()
+    return worker
+
+
+@pytest.fixture
+def start_worker(settings):
+    """Start workers in this process (`worker_in_thread`, with the test's settings unless given others);
+    every one started is stopped at the end of the test.
+
+    start_worker()                           the agent loop and one coordinator, as `nrllm-sidecar worker`
+    start_worker(executor=StepExecutor())   another executor (sidecar/testing.py)
+    start_worker(settings=webhook.settings) settings of its own (a public URL, so its sends register pushes)
+    """
+    started = []
+
+    def start(executor=None, *, settings: Settings = settings, **options) -> Worker:
+        worker = worker_in_thread(settings, executor, **options)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop(grace=10)
+
+
+class _TickCount:
+    def __init__(self):
+        self.done = 0
+        self.changed = threading.Condition()
+
+    def add(self) -> None:
+        with self.changed:
+            self.done += 1
+            self.changed.notify_all()
+
+
+def _counting_ticks(coordinator: Coordinator) -> Coordinator:
+    """The coordinator, counting its finished ticks (for `wait_for_ticks`). A tick polls what is due, if
+    anything, then sends the due cancels; the cancels are sent on every tick, so their end is counted."""
+    count, send_cancels = _TickCount(), coordinator.send_cancels
+
+    def counted(*args, **kwargs):
+        try:
+            return send_cancels(*args, **kwargs)
+        finally:
+            count.add()
+
+    coordinator.send_cancels = counted
+    coordinator.tick_count = count
+    return coordinator
+
+
+def wait_for_ticks(worker: Worker, ticks: int = 5, timeout: float = 120.0) -> None:
+    """Until every coordinator of an in-process worker finished `ticks` more ticks (each looks at every due
+    wait and sends what is to be sent): what a test waits for to say "nothing more happened", rather than
+    a time that a busy machine may fill with fewer ticks. Each coordinator is woken once per tick period,
+    as where it listens for notifications (PostgreSQL) it would otherwise sleep until something is due."""
+    deadline = time.monotonic() + timeout
+    for coordinator in (c for c in worker.companions if hasattr(c, "tick_count")):
+        count = coordinator.tick_count
+        with count.changed:
+            wanted = count.done + ticks
+            while count.done < wanted:
+                assert time.monotonic() < deadline, f"the coordinator finished fewer than {ticks} ticks in {timeout}s"
+                coordinator.wake()
+                count.changed.wait(coordinator.tick_seconds)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+def exit_code(proc: subprocess.Popen, log_path: Path, timeout: float = 30) -> int:
+    """The exit status of a worker expected to exit; if it does not, its threads' stacks and log in the failure."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the worker dumps its threads' stacks into its log
+        try:
+            proc.wait(1)  # the time to write them; it keeps running
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise AssertionError(f"the worker did not exit; its log:\n{log_path.read_text()}") from None
+
+
+def scrape(port: int) -> str:
+    """A process's Prometheus counters (`--metrics-port`)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return answer.read().decode()
