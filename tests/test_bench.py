@@ -44,10 +44,11 @@ def _require_postgres() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # every benchmark, one after the other, each starting real processes
 def test_every_benchmark_runs_quick_and_prints_its_figures():
     _require_postgres()
     result = subprocess.run(
-        [sys.executable, "bench/run_all.py", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=420
+        [sys.executable, "bench/run_all.py", "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=560
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
