@@ -27,6 +27,7 @@ from scratch_databases import scratch_database
 
 from sidecar.config import Settings
 from sidecar.decisions import service
+from sidecar.domain.errors import SidecarError
 from sidecar.domain.lease import LeasePolicy
 from sidecar.engine import AgentLoop
 from sidecar.engine.registry import build_registry
@@ -36,6 +37,7 @@ from sidecar.store import leases, migrations, pauses, runs
 from sidecar.store.models import Decision, Run, RunEvent
 
 LEASE = LeasePolicy(30)
+BARRIER_SECONDS = 60
 OWNER = "bench:owner"
 SCRIPT = [{"tool_calls": [{"id": "call_1", "name": "write_note", "arguments": {"text": "bench"}}]},
           {"content": "done"}]
@@ -87,14 +89,14 @@ def _race(result: Result, run_ids: list[str]) -> None:
     def decider(k: int) -> None:
         try:
             for index, per_pause in enumerate(requests):
-                barrier.wait()
+                barrier.wait(BARRIER_SECONDS)  # a decider that died breaks it: an error, not a hang
                 request = per_pause[k]
                 try:
                     holder = f"bench-now-{k}" if request.mode == "now" else None
                     service.take(request, holder=holder, lease=LEASE)
                     outcomes[index][k] = "won"
-                except service.Refused as refused:
-                    outcomes[index][k] = (refused.status, refused.code)
+                except SidecarError as refused:  # a refusal of the decisions service: its status and code
+                    outcomes[index][k] = (refused.http_status, refused.code)
         finally:
             store_db.database.close()
 
