@@ -94,7 +94,7 @@ def retry_after() -> dict:
 
 def _refused(error: SidecarError):
     """Any refusal of the sidecar's own, from wherever it was raised: its status and code, as data."""
-    if error.http_status >= 500 and not isinstance(error, DatabaseUnavailable):
+    if not error.is_refusal():
         raise error  # not a refusal: a fault of the sidecar, logged and answered 500 internal_error
     return error_body(error.http_status, error.code, error.message, error.errors), error.http_status, error.headers
 

@@ -13,7 +13,7 @@ from flask import Blueprint, g, redirect, render_template, request, send_from_di
 from .. import keys
 from ..api.auth import public
 from ..api.parsing import unstorable_refused
-from ..domain.errors import DatabaseUnavailable, SidecarError
+from ..domain.errors import SidecarError
 from . import session as console_session
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -64,7 +64,7 @@ def _headers(response):
 @bp.errorhandler(SidecarError)
 def _refused(error: SidecarError):
     """A refusal of the console's own or of a service: the API's status, code and message, as a page."""
-    if error.http_status >= 500 and not isinstance(error, DatabaseUnavailable):
+    if not error.is_refusal():
         raise error  # a fault of the sidecar, not a refusal: logged, and answered 500
     return render_template("console/error.html", error=error), error.http_status
 

@@ -113,7 +113,7 @@ def decide(run_id):
     try:
         answer = idempotency.run_once(scope, key, _request_digest(who, _sent()), action)
     except SidecarError as refused:  # the service's refusals, and KeyReused for another form under this key
-        if refused.http_status >= 500:
+        if not refused.is_refusal():
             raise
         return _refused(run_id, refused.http_status, refused.code, refused.message, refused.errors)
     if answer.replayed or not now:

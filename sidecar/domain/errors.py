@@ -29,6 +29,12 @@ class SidecarError(Exception):
         self.errors = errors  # field name -> messages, shown as the answer's "errors"
         self.headers = headers or {}  # e.g. Retry-After
 
+    @classmethod
+    def is_refusal(cls) -> bool:
+        """Answered with its own code: a request refused (4xx), or the 503 of an unreachable database. Any
+        other kind is a fault of the sidecar, answered 500 internal_error."""
+        return cls.http_status < 500 or cls.http_status == 503
+
 
 # Refusals a client can act on: the request, not the sidecar, is at fault.
 
@@ -230,6 +236,6 @@ def answered_kinds() -> list[type[SidecarError]]:
     while todo:
         kind = todo.pop()
         todo.extend(kind.__subclasses__())
-        if kind.http_status < 500 or kind.http_status == 503:
+        if kind.is_refusal():
             kinds.append(kind)
     return sorted(kinds, key=lambda kind: (kind.http_status, kind.code, kind.__name__))
