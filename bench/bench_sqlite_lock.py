@@ -20,22 +20,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from peewee import SqliteDatabase  # noqa: E402
 
-from sidecar.store.db import SQLITE_BUSY_TIMEOUT_SECONDS, SidecarSqliteDatabase  # noqa: E402
+from sidecar.store.db import SidecarSqliteDatabase  # noqa: E402
 
 PROCESSES = 3
 HOLD_SECONDS = 0.002
 BETWEEN_SECONDS = 0.006
 
 
-def sqlite_handler(path: str):
-    """The same database with SQLite's own busy handler waiting at BEGIN IMMEDIATE."""
-    return SqliteDatabase(path, lock_type="IMMEDIATE", timeout=SQLITE_BUSY_TIMEOUT_SECONDS,
-                          pragmas={"journal_mode": "wal", "synchronous": "normal",
-                                   "busy_timeout": SQLITE_BUSY_TIMEOUT_SECONDS * 1000})
+class SqliteHandlerDatabase(SidecarSqliteDatabase):
+    """The store's database with peewee's plain BEGIN: SQLite's own busy handler does the waiting."""
+
+    begin = SqliteDatabase.begin
 
 
 def writer(kind: str, path: str, transactions: int, seed: int, results) -> None:
-    db = SidecarSqliteDatabase(path) if kind == "store" else sqlite_handler(path)
+    db = SidecarSqliteDatabase(path) if kind == "store" else SqliteHandlerDatabase(path)
     db.connect()
     draw = random.Random(seed)
     waits = []
