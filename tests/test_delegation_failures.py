@@ -43,7 +43,7 @@ def remote_state(settings, task_id: str) -> str:
 
 
 def open_wait(run_id: str) -> DependencyWait:
-    wait = waits.current(run_id)
+    wait = waits.current_wait(run_id)
     assert wait is not None, f"run {run_id} does not wait for a dependency"
     return wait
 
