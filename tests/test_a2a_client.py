@@ -127,10 +127,9 @@ def test_send_bodies_are_deterministic_in_both_dialects():
 
 def test_send_returns_at_once_and_the_task_completes_later(pool):
     peer = pool.start()
-    client = client_for(peer, timeout=3)
-    started = time.monotonic()
+    client = client_for(peer, timeout=30)
     result = send(client, "work:5:the report", context_id="ctx-work", message_id="m-work")
-    assert time.monotonic() - started < 2
+    # Still submitted or working: the send returned before the task's work was done, whatever the load.
     assert result.outcome == "accepted" and result.task.state in ("submitted", "working")
     assert (result.task.context_id, result.task.message_ids) == ("ctx-work", ("m-work",))
     assert result_text(result.task) is None  # not finished: the run waits
@@ -290,7 +289,7 @@ def test_a_read_timeout_is_unknown():
         started = time.monotonic()
         result = send(client, "hello", message_id="m-silent")
         assert result.outcome == "outcome_unknown" and "0.5s" in result.error
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 5, "the client's own timeout ended it, not the default 10 s"
         assert b"m-silent" in server.received  # it did leave
 
 
