@@ -21,15 +21,15 @@ BIN = Path(sys.executable).parent  # where pip put the nrllm-sidecar command of 
 
 # This checkout's command, with the tests' plugins (PYTHONPATH); `live_sidecar` runs the installed one.
 SERVE = (sys.executable, "-m", "sidecar.cli", "serve")
-# How far start_serve waits: until an HTTP worker answers, until serve says where it listens, or not at all
-# (the test waits for what it is about, an HTTP worker that boots, say).
-ANSWERING, LISTENING, STARTED = "answering", "listening", "started"
+# How far start_serve waits: until an HTTP worker answers, or not at all (the test waits for what it is
+# about, an HTTP worker that boots, say).
+ANSWERING, STARTED = "answering", "started"
 
 
 @dataclass
 class Served:
     proc: subprocess.Popen
-    port: int | None  # None when start_serve did not wait for serve to listen
+    port: int | None  # None when start_serve did not wait (STARTED)
     log_path: Path
 
     @property
@@ -49,7 +49,7 @@ def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None 
     (a file never blocks the process as a full pipe would). Leases are generous.
 
     env: variables over this process's environment; a None value removes one.
-    until: ANSWERING, LISTENING or STARTED (see above).
+    until: ANSWERING or STARTED (see above).
     read_stdout: standard output as a text pipe the test reads (what `serve --demo` prints), else discarded.
     """
     merged = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(GENEROUS_LEASE),
@@ -68,8 +68,7 @@ def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None 
 
     try:
         served = Served(proc, wait_until(port, timeout=60, what="serve to listen"), log_path)
-        if until == ANSWERING:
-            wait_until(lambda: _answers(served.port), timeout=60, what="an HTTP worker to answer")
+        wait_until(lambda: _answers(served.port), timeout=60, what="an HTTP worker to answer")
     except BaseException:
         stop_process(proc)  # a test that never got its Served cannot stop it
         raise
