@@ -93,7 +93,7 @@ def _race(result: Result, run_ids: list[str]) -> None:
                 request = per_pause[k]
                 try:
                     holder = f"bench-now-{k}" if request.mode == "now" else None
-                    service.take(request, holder=holder, lease=LEASE)
+                    service.accept_decision(request, holder=holder, lease=LEASE)
                     outcomes[index][k] = "won"
                 except SidecarError as refused:  # a refusal of the decisions service: its status and code
                     outcomes[index][k] = (refused.http_status, refused.code)

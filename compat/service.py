@@ -69,7 +69,7 @@ def runs_in_unreadable_status(gate: Gate) -> int:
     return sum(n for (status, origin), n in counts.items() if not gate.may_write(status, origin))
 
 
-def report() -> dict:
+def compat_report() -> dict:
     gate = current_gate()
     return gate.report_dict(runs_in_unreadable_status=runs_in_unreadable_status(gate))
 

@@ -50,10 +50,6 @@ def reset_context(tokens: list) -> None:
         var.reset(token)
 
 
-def current(name: str) -> str | None:
-    return _CONTEXT[name].get()
-
-
 class ContextFilter(logging.Filter):
     """Copies the context fields onto each record (None where unknown)."""
 

@@ -21,6 +21,7 @@ from sidecar.delegation.types import (
 )
 from tests.support.network import CannedServer, SilentServer, http_answer
 from tests.support.peers import V03_PATH, V1_PATH, PeerPool
+from tests.support.waiting import wait_until
 
 ALLOW = ["127.0.0.1"]
 
@@ -41,13 +42,13 @@ def client_for(peer, **kw) -> A2AClient:
     return A2AClient(read_card(peer.url, allow=ALLOW), allow=ALLOW, **kw)
 
 
-def wait_for(client, task_id, states, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while True:
+def wait_for(client, task_id, states):
+    """The task once the peer (in its own thread) has moved it into one of `states`."""
+    def reached():
         task = client.get_task(task_id)
-        if task.state in states or time.monotonic() > deadline:
-            return task
-        time.sleep(0.1)
+        return task if task.state in states else None
+
+    return wait_until(reached, timeout=60, interval=0.1, what=f"task {task_id} to be one of {sorted(states)}")
 
 
 def send(client, text, context_id="ctx", message_id=None, **kw):
@@ -126,10 +127,9 @@ def test_send_bodies_are_deterministic_in_both_dialects():
 
 def test_send_returns_at_once_and_the_task_completes_later(pool):
     peer = pool.start()
-    client = client_for(peer, timeout=3)
-    started = time.monotonic()
+    client = client_for(peer, timeout=30)
     result = send(client, "work:5:the report", context_id="ctx-work", message_id="m-work")
-    assert time.monotonic() - started < 2
+    # Still submitted or working: the send returned before the task's work was done, whatever the load.
     assert result.outcome == "accepted" and result.task.state in ("submitted", "working")
     assert (result.task.context_id, result.task.message_ids) == ("ctx-work", ("m-work",))
     assert result_text(result.task) is None  # not finished: the run waits
@@ -235,9 +235,7 @@ def test_an_inline_push_registration_reaches_the_webhook(pool, card):
     client = client_for(peer)
     with CannedServer(http_answer(204, "")) as webhook:
         task = send(client, "complete:pushed", push=PushTarget(webhook.url + "/api/v1/push", "tok-1")).task
-        deadline = time.monotonic() + 5
-        while not webhook.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: webhook.requests, timeout=60, what="the peer's push to reach the webhook")
     pushed = webhook.requests[0]
     assert pushed.startswith(b"POST /api/v1/push ")
     assert b"X-A2A-Notification-Token: tok-1" in pushed and b"Authorization: Bearer tok-1" in pushed
@@ -291,7 +289,7 @@ def test_a_read_timeout_is_unknown():
         started = time.monotonic()
         result = send(client, "hello", message_id="m-silent")
         assert result.outcome == "outcome_unknown" and "0.5s" in result.error
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 5, "the client's own timeout ended it, not the default 10 s"
         assert b"m-silent" in server.received  # it did leave
 
 
@@ -385,9 +383,11 @@ def test_the_connected_address_is_checked_again():
             with pytest.raises(AddressRefused, match="loopback"):
                 connection.request("POST", "/", body=b"{}")
             assert a2a._CALL.get().sent is False
+            connection.close()
         finally:
             a2a._CALL.reset(token)
-        time.sleep(0.1)
+        # Once the server read to the closed connection's end, it has every byte that was written.
+        wait_until(lambda: server.connections_ended == 1, what="the server to see the connection end")
         assert server.received == b""
 
 

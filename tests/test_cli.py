@@ -1,8 +1,8 @@
-"""The command line as an operator uses it: migrations from several processes, serve and its health."""
+"""The command line as an operator uses it: migrations from several processes, serve (started as every test
+starts it, tests/support/servers.py) and its health."""
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,6 +16,7 @@ from sidecar.store import events, runs
 from sidecar.store.migrations import MIGRATIONS
 from sidecar.store.models import Run, SchemaMigration
 from tests.support import ROOT
+from tests.support.servers import start_serve
 from tests.support.waiting import wait_until
 
 
@@ -56,41 +57,30 @@ def test_three_processes_upgrading_one_fresh_database_at_once_apply_each_migrati
 
 
 def test_serve_migrates_answers_health_and_stops_on_sigterm(tmp_path):
-    env = {**os.environ, "NRLLM_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}", "NRLLM_LEASE_SECONDS": "2"}
-    proc = _cli("serve", "--port", "0", env=env)
+    served = start_serve(f"sqlite:///{tmp_path / 'serve.db'}", tmp_path / "serve.log")
     try:
-        port = None
-        for line in proc.stderr:
-            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if match:
-                port = int(match.group(1))
-                break
-        assert port, "serve did not say where it listens"
         # The embedded worker writes its heartbeat row right after start.
-        health = wait_until(lambda: _alive_health(port), timeout=10, what="the embedded worker's heartbeat")
+        health = wait_until(lambda: _alive_health(served.port), timeout=60, what="the embedded worker's heartbeat")
         assert health["database"] == "ok" and health["status"] == "ok"
         assert health["oldest_queued_seconds"] == 0
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert served.stop(30) == 0, served.log()[-3000:]
 
 
 def test_serve_hands_back_a_run_its_worker_still_holds_after_the_grace_and_exits(sqlite_url, tmp_path):
     tool_log = tmp_path / "tool.log"
-    env = {**os.environ, "NRLLM_DATABASE_URL": sqlite_url, "NRLLM_LEASE_SECONDS": "5",
-           "NRLLM_TEST_CALL_LOG": str(tool_log)}
     run_id = runs.create_run("be_user:7", "work", spec={"provider": "scripted", "script": [
         {"tool_calls": [{"id": "call_1", "name": "tick", "arguments": {"seconds": 60}}]}, {"content": "never"}]})
-    proc = _cli("serve", "--port", "0", "--grace", "0.5", "--executor", "tests.support.engine:TickingAgentLoop",
-                env=env)
+    served = start_serve(sqlite_url, tmp_path / "serve.log", "--grace", "0.5",
+                         "--executor", "tests.support.engine:TickingAgentLoop",
+                         env={"NRLLM_TEST_CALL_LOG": str(tool_log)})
     try:
         wait_until(lambda: "start" in tool_log.read_text() if tool_log.exists() else False, timeout=60,
                    what="the embedded worker to start the tool")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0, "serve waited for the tool instead of handing its run back"
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(30) == 0, "serve waited for the tool instead of handing its run back"
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        served.stop()
     row = Run.get_by_id(run_id)
     assert (row.status, row.lease_holder, row.requeue_count) == ("queued", None, 0)
     assert [e["kind"] for e in events.list_events(run_id)][-3:] == ["handed_back", "status", "requeued"]
@@ -98,15 +88,12 @@ def test_serve_hands_back_a_run_its_worker_still_holds_after_the_grace_and_exits
 
 
 def test_serve_without_worker_reports_degraded_health(tmp_path):
-    env = {**os.environ, "NRLLM_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}"}
-    proc = _cli("serve", "--port", "0", "--no-worker", env=env)
+    served = start_serve(f"sqlite:///{tmp_path / 'serve.db'}", tmp_path / "serve.log", "--no-worker")
     try:
-        port = next(int(m.group(1)) for m in (re.search(r"127\.0\.0\.1:(\d+)", line) for line in proc.stderr) if m)
-        health = _health(port)
+        health = _health(served.port)
         assert (health["status"], health["workers_alive"]) == ("degraded", 0)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert served.stop(30) == 0, served.log()[-3000:]
 
 
 def test_commands_refuse_a_database_migrated_by_a_newer_sidecar(tmp_path):

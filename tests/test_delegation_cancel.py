@@ -140,7 +140,7 @@ def test_a_cancel_racing_the_answer_on_100_runs_ends_each_run_exactly_once(setti
                what="every CancelTask to be answered")
     assert peer.calls["CancelTask"] == by_resolution["cancelled"] == cancels.count()
     assert by_resolution["cancelled"] > 0 and by_resolution["result"] > 0, by_resolution
-    assert waits.current(run_ids[0]) is None
+    assert waits.current_wait(run_ids[0]) is None
 
 
 def test_a_gate_closed_while_the_send_was_answered_gives_the_call_up_and_cancels_its_task(

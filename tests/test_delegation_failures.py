@@ -5,7 +5,6 @@ a removed key leaves the run waiting (and health says so), a reused message id w
 
 import json
 import threading
-import time
 import uuid
 
 import pytest
@@ -17,7 +16,7 @@ from sidecar.delegation.coordinator import Coordinator
 from sidecar.delegation.start import message_id_for
 from sidecar.domain.clock import utcnow
 from sidecar.domain.sealing import generate_key
-from sidecar.store import db, outbound, remote_agents, waits
+from sidecar.store import db, outbound, remote_agents, runs, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from tests.support.api import ACTOR
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
@@ -43,7 +42,7 @@ def remote_state(settings, task_id: str) -> str:
 
 
 def open_wait(run_id: str) -> DependencyWait:
-    wait = waits.current(run_id)
+    wait = waits.current_wait(run_id)
     assert wait is not None, f"run {run_id} does not wait for a dependency"
     return wait
 
@@ -193,7 +192,9 @@ def test_a_tampered_checkpoint_fails_the_run_and_sends_nothing(settings, peers, 
     assert DependencyWait.get_by_id(wait.id).resolution == "checkpoint_invalid"
     assert tool_results(run_id) == []
     assert event_payloads(run_id, "status")[-1] == {"from": "waiting_for_dependency", "to": "failed"}
-    time.sleep(0.5)  # the worker does not pick the failed run up again
+    # The worker does not pick the failed run up again: it runs one queued after it, and the failed run stays.
+    later = runs.create_run(ACTOR, "queued after the failure", spec={"script": [{"content": "done"}]})
+    wait_until(lambda: run_row(later).status == "completed", timeout=60, what="the worker to run a later run")
     assert run_row(run_id).status == "failed" and dict(peer.calls) == calls_before
 
 

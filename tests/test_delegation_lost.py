@@ -75,7 +75,7 @@ def test_without_list_tasks_one_operator_resend_completes_the_run(
     assert (new["kind"], new["resend_of"], new["run_id"]) == ("send", row.id, run_id)
     assert new["message_id"] != row.message_id and new["outcome"] == "accepted" and new["remote_task_id"]
     assert Outbound.get_by_id(row.id).outcome == "superseded"
-    assert waits.current(run_id) is None or waits.current(run_id).outbound_id == new["id"]
+    assert waits.current_wait(run_id) is None or waits.current_wait(run_id).outbound_id == new["id"]
     assert completed(run_id).output == "Remote said: forty-two"
     assert tool_results(run_id) == ["forty-two"]
 
@@ -142,7 +142,7 @@ def test_a_resend_racing_a_reconciliation_never_both_win(settings, peers, start_
     def resend():  # a client of each racing thread's own
         return app.test_client().post(f"/api/v1/outbound/{row.id}/resend", headers=operator_headers).status_code
 
-    wait_id = waits.current(run_id).id
+    wait_id = waits.current_wait(run_id).id
 
     def reconciled():  # as a reconciler does: record the task found, then poll it at once
         return "found" if outbound.record_found(row.id, lost_task) and waits.poll_now(wait_id) else "too late"
@@ -176,10 +176,10 @@ def test_a_resend_whose_sender_stopped_is_settled_and_can_be_resent(
     stopped = resends.record_resend(row.id, message_id, resend_body(row.request_body, message_id)).row
     coordinator = Coordinator(settings)
     try:
-        coordinator.poll(waits.current(run_id))
+        coordinator.poll(waits.current_wait(run_id))
         assert Outbound.get_by_id(stopped.id).outcome == "pending", "its sender may still be at work"
         Outbound.update(created_at=stopped.created_at - timedelta(hours=1)).where(Outbound.id == stopped.id).execute()
-        coordinator.poll(waits.current(run_id))
+        coordinator.poll(waits.current_wait(run_id))
     finally:
         coordinator.stop()
     assert Outbound.get_by_id(stopped.id).outcome == "outcome_unknown"

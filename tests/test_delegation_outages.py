@@ -195,4 +195,4 @@ def test_cancel_task_attempts_back_off_and_are_given_up_after_the_last(settings,
     assert seen[-1] - seen[0] >= 2.0, [round(b - a, 2) for a, b in itertools.pairwise(seen)]
     wait_for_ticks(worker)  # many ticks later: nothing sent again
     assert peer.calls["CancelTask"] == 5
-    assert waits.current(run_id) is None
+    assert waits.current_wait(run_id) is None

@@ -129,7 +129,7 @@ def test_a_remote_that_asks_for_input_is_answered_on_the_same_task(settings, pee
               delegate("research", "blue", call_id="call_2", task_id=task_id),
               {"content": "Finally: {last_tool_result}"}]
     Run.update(spec=json.dumps(spec_of(script), sort_keys=True)).where(Run.id == run_id).execute()
-    assert waits.poll_now(waits.current(run_id).id)
+    assert waits.poll_now(waits.current_wait(run_id).id)
 
     run = finished(run_id)
     assert tool_results(run_id) == [f"input-required: which colour? task_id={task_id}", "answer: blue"]
@@ -228,7 +228,7 @@ def test_the_delegation_budget_and_the_counters_survive_a_suspension(settings, p
     assert before.bytes_used >= len(row.request_body) > 0
     assert (before.iterations_used, before.tokens_used, before.cost_used) == (1, 10, 0.5)
     wait_until(lambda: remote_state(settings, "research", row.remote_task_id) == "completed", what="the remote")
-    assert waits.poll_now(waits.current(run_id).id)
+    assert waits.poll_now(waits.current_wait(run_id).id)
 
     after = finished(run_id)
     assert tool_results(run_id) == ["first", "error: delegation budget exhausted (1 of 1 used)"]

@@ -39,7 +39,7 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     (row,) = Outbound.select()
     assert push_target_of(row.request_body).url == webhook.url + "/api/v1/push"
     (token,) = peer.push_tokens()
-    wait = waits.current(run_id)
+    wait = waits.current_wait(run_id)
     assert wait.push_token_sha256 == row.push_token_sha256 == waits.push_token_digest(token)
     # The token is the sidecar's secret: only its digest is kept, in the wait and in the journal.
     assert token not in json.dumps([wait.checkpoint, wait.push_token_sha256, row.request_body])

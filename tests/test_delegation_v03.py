@@ -112,7 +112,7 @@ def test_input_required_is_answered_on_the_same_0_3_task(settings, peers, start_
               {"content": "Finally: {last_tool_result}"}]
     Run.update(spec=json.dumps({"provider": "scripted", "script": script}, sort_keys=True)).where(
         Run.id == run_id).execute()
-    assert waits.poll_now(waits.current(run_id).id)
+    assert waits.poll_now(waits.current_wait(run_id).id)
     start_worker(concurrency=1)  # its coordinator polls, the resumed run continues on either worker
 
     run = finished(run_id)

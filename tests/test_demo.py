@@ -9,29 +9,24 @@ import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 from sidecar.store import notes
 from sidecar.store.models import ApiToken
-from tests.support import ROOT
+from tests.support.servers import Served, start_serve
 from tests.support.waiting import wait_until
-from tests.support.workers import stop_process
 
 
-def _serve_demo(database_url: str, instance: Path, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_INSTANCE_PATH": str(instance),
-           "NRLLM_LEASE_SECONDS": "5", "NRLLM_LOG_FORMAT": "json"}
-    env.pop("NRLLM_REMOTE_ALLOW", None)  # the demo must need nothing more than its own flag
-    with open(log_path, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--demo", "--port", "0",
-                                 "--poll-interval", "0.1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=log, text=True)
+def _serve_demo(database_url: str, instance: Path, log_path: Path) -> Served:
+    # Without NRLLM_REMOTE_ALLOW: the demo must need nothing more than its own flag.
+    return start_serve(database_url, log_path, "--demo", "--poll-interval", "0.1", read_stdout=True,
+                       env={"NRLLM_INSTANCE_PATH": str(instance), "NRLLM_LOG_FORMAT": "json",
+                            "NRLLM_REMOTE_ALLOW": None})
 
 
-def _read_until(proc: subprocess.Popen, marker: str) -> str:
+def _read_until(served: Served, marker: str) -> str:
     lines = []
-    for line in proc.stdout:
+    for line in served.proc.stdout:
         lines.append(line)
         if marker in line:
             return "".join(lines)
@@ -67,9 +62,9 @@ def _logged_with_context(log_path: Path, delegating: str) -> None:
 
 def test_serve_demo_shows_a_run_waiting_for_a_remote_agent_and_one_waiting_for_approval(database_url, tmp_path):
     instance, log_path = tmp_path / "instance", tmp_path / "serve.log"
-    proc = _serve_demo(database_url, instance, log_path)
+    served = _serve_demo(database_url, instance, log_path)
     try:
-        text = _read_until(proc, "API documentation")
+        text = _read_until(served, "API documentation")
         token = re.search(r"export NRLLM_TOKEN=(\S+)", text).group(1)
         delegating = re.search(r"delegation run: (\S+)", text).group(1)
         approving = re.search(r"approval run:   (\S+)", text).group(1)
@@ -89,12 +84,12 @@ def test_serve_demo_shows_a_run_waiting_for_a_remote_agent_and_one_waiting_for_a
 
         waiting = _shell(_command(text, rf"/runs/{approving}$"), token)
         assert waiting["status"] in ("queued", "running", "waiting_for_approval")
-        announced = _read_until(proc, "/decision")
+        announced = _read_until(served, "/decision")
         decided = _shell(_command(announced, "/decision"), token)
         assert (decided["id"], decided["status"]) == (approving, "completed")
         assert notes.of_run(approving) == ["approved in the demo"]
     finally:
-        assert stop_process(proc) == 0, "serve stops cleanly on SIGTERM"
+        assert served.stop() == 0, "serve stops cleanly on SIGTERM"
 
     token_file = instance / "demo-token"
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and token_file.read_text().strip() == token
@@ -106,4 +101,4 @@ def test_serve_demo_shows_a_run_waiting_for_a_remote_agent_and_one_waiting_for_a
         assert re.search(r"export NRLLM_TOKEN=(\S+)", text).group(1) == token and "reused from" in text
         assert ApiToken.select().count() == tokens_before == 1, "a second start adds no token"
     finally:
-        assert stop_process(again) == 0
+        assert again.stop() == 0

@@ -40,7 +40,7 @@ def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60
         next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
         push_token_sha256=waits.push_token_digest(push_token) if push_token else None)
     waits.suspend(claim, suspension, delegations=1, bytes_used=8)
-    return waits.current(claim.run_id)
+    return waits.current_wait(claim.run_id)
 
 
 def waiting_run(*, outcome: str = "accepted", deadline_in: float = 3600, poll: float | None = 60) -> DependencyWait:
@@ -76,7 +76,7 @@ def cancel_rows(run_id: str) -> int:
 def test_a_cancel_racing_a_resolution_ends_the_wait_once(database_url):
     for _ in range(10):
         wait = waiting_run()
-        resolved, cancelled = race(lambda w=wait: resolutions.resolve(w, turn_index=0, result="the answer"),
+        resolved, cancelled = race(lambda w=wait: resolutions.resolve_wait(w, turn_index=0, result="the answer"),
                                    lambda w=wait: runs.request_cancel(w.run_id, by="test"))
         assert cancelled == "cancelled" or isinstance(cancelled, InvalidState), cancelled
         run, closed = run_row(wait.run_id), DependencyWait.get_by_id(wait.id)
@@ -91,7 +91,7 @@ def test_a_cancel_racing_a_resolution_ends_the_wait_once(database_url):
 
 def test_two_deadline_resolutions_journal_one_cancel_task(database_url):
     wait = waiting_run()
-    results = race(*[lambda: resolutions.resolve(wait, turn_index=0, result="timeout: x", resolution="timeout",
+    results = race(*[lambda: resolutions.resolve_wait(wait, turn_index=0, result="timeout: x", resolution="timeout",
                                            cancel_remote=True)] * 4)
     assert sorted(results) == [False, False, False, True]
     (row,) = Outbound.select().where(Outbound.kind == "cancel")
@@ -218,5 +218,5 @@ def test_a_push_racing_the_suspension_is_never_lost(database_url):
         pushed, _ = race(lambda t=token, r=row: push.receive(push.authenticate(t), status_push(r.remote_task_id)),
                          lambda c=claim, r=row, t=token: suspend_on(c, r, poll=60, push_token=t))
         assert pushed is True, pushed
-        wait = waits.current(claim.run_id)
+        wait = waits.current_wait(claim.run_id)
         assert wait.next_poll_at <= utcnow(), "the push came before or after the suspension: the wait is due"

@@ -3,7 +3,7 @@ from wherever it is raised."""
 
 import pytest
 
-from sidecar.api.errors import _DEFAULT_CODES
+from sidecar.api.error_codes import DEFAULT_CODES, DESCRIPTIONS, ERROR_CODES, code_statuses
 from sidecar.domain import errors
 from sidecar.domain.errors import SidecarError, answered_kinds
 
@@ -20,10 +20,24 @@ def test_a_code_means_one_status():
     statuses: dict[str, set[int]] = {}
     for kind in answered_kinds():
         statuses.setdefault(kind.code, set()).add(kind.http_status)
-    for status, code in _DEFAULT_CODES.items():
+    for status, code in DEFAULT_CODES.items():
         if code in statuses and status not in (415,):  # 415 is answered as a malformed body, by its own status
             statuses[code].add(status)
     assert {code: s for code, s in statuses.items() if len(s) > 1} == {}
+
+
+def test_every_code_has_a_description_and_takes_its_status_from_its_kind():
+    """The API's list of codes (sidecar/api/error_codes.py) writes no status of a kind again: a new kind
+    without a description, or a description left behind by a code that is gone, fails here."""
+    answered = code_statuses()
+    assert {kind.code for kind in answered_kinds()} <= set(answered)
+    assert sorted(set(answered) - set(DESCRIPTIONS)) == [], "codes without a description"
+    assert sorted(set(DESCRIPTIONS) - set(answered)) == [], "descriptions of codes nothing answers"
+    assert all(DESCRIPTIONS.values())
+    for kind in answered_kinds():
+        assert ERROR_CODES[kind.code][0] == kind.http_status, kind
+    assert ERROR_CODES["internal_error"][0] == SidecarError.http_status == 500
+    assert ERROR_CODES["too_many_requests"][0] == 429  # an error of HTTP itself, not a kind
 
 
 def test_every_error_class_of_the_sidecar_is_in_the_errors_module():

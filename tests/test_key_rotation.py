@@ -98,7 +98,7 @@ def test_runs_waiting_under_the_old_key_complete_after_rotation_and_the_old_keys
                                    env={"NRLLM_SECRET_KEYS": new_key, "NRLLM_REMOTE_ALLOW": "127.0.0.1"})
     try:
         for run_id in ids:
-            assert waits.poll_now(waits.current(run_id).id)
+            assert waits.poll_now(waits.current_wait(run_id).id)
         wait_until(lambda: all(run_row(i).status == "completed" for i in ids), timeout=60,
                    what="the runs to complete under the new key only")
     finally:

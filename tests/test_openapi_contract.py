@@ -9,8 +9,7 @@ from http import HTTPStatus
 import pytest
 from openapi_schema_validator import OAS30Validator
 
-from sidecar.api.error_codes import ERROR_CODES
-from sidecar.api.errors import _DEFAULT_CODES
+from sidecar.api.error_codes import DEFAULT_CODES, ERROR_CODES
 from sidecar.api.event_schemas import PAYLOADS
 from sidecar.domain.errors import answered_kinds
 from tests.support import ROOT
@@ -99,7 +98,7 @@ def test_the_error_code_enum_is_every_code_the_source_answers_with(client, opera
             (500, "internal_error")} <= raised  # the scan sees views, services and the error handler
     wrong_status = sorted((status, code) for status, code in raised if ERROR_CODES.get(code, (status,))[0] != status)
     assert not wrong_status, f"answered with another status than error_codes.py says: {wrong_status}"
-    answered = {code for _, code in raised} | set(_DEFAULT_CODES.values())
+    answered = {code for _, code in raised} | set(DEFAULT_CODES.values())
     assert answered == set(ERROR_CODES), (
         f"not in error_codes.py: {sorted(answered - set(ERROR_CODES))}; "
         f"never answered: {sorted(set(ERROR_CODES) - answered)}")

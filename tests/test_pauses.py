@@ -30,7 +30,7 @@ def decide(run_id: str, decision: str = "approve", *, actor: str = ACTOR, **extr
     request = service.DecisionRequest(
         run_id=run_id, actor=actor, workspace="0", pause_id=pause["pause_id"], generation=pause["generation"],
         decision=decision, mode="store", turn_digest=pause.get("turn_digest"), **extra)
-    return service.take(request).decision
+    return service.accept_decision(request).decision
 
 
 def test_a_turn_that_calls_write_note_waits_for_approval_before_any_of_its_calls_runs(database_url):
@@ -131,12 +131,12 @@ def test_a_run_paused_twice_has_generation_two_and_each_pause_its_own_id(databas
     stale = service.DecisionRequest(run_id=run_id, actor=ACTOR, workspace="0", pause_id=second["pause_id"],
                                     generation=1, decision="approve", turn_digest=second["turn_digest"])
     with pytest.raises(StaleGeneration) as refused:
-        service.take(stale)
+        service.accept_decision(stale)
     assert (refused.value.http_status, refused.value.code) == (409, "stale_generation")
     old = service.DecisionRequest(run_id=run_id, actor=ACTOR, workspace="0", pause_id=first["pause_id"],
                                   generation=1, decision="input", input={"page": 2})
     with pytest.raises(PauseNotPending) as refused:
-        service.take(old)
+        service.accept_decision(old)
     assert refused.value.code == "pause_not_pending"
     assert [p.generation for p in PersonPause.select().where(PersonPause.run == run_id)] in ([1, 2], [2, 1])
 

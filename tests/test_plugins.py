@@ -179,6 +179,6 @@ def test_its_consumer_gates_only_the_runs_it_reads(database_url):
     reason = compat_service.delegation_refusal(example.DASHBOARD_ORIGIN)
     assert "example_dashboard 1.4" in reason and "from 2.0" in reason
     assert reason.endswith(f"(see {example.DASHBOARD_UPGRADE_NOTE})")  # the consumer's own note, not the sidecar's
-    assert compat_service.report()["delegation"]["blocked_origins"] == [example.DASHBOARD_ORIGIN]
+    assert compat_service.compat_report()["delegation"]["blocked_origins"] == [example.DASHBOARD_ORIGIN]
     consumer_store.replace_report([{"name": "example_dashboard", "version": "2.0"}])
     assert compat_service.delegation_refusal(example.DASHBOARD_ORIGIN) is None

@@ -3,8 +3,6 @@ lost event, SIGTERM ends streams at once and lets the worker finish its segment 
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,13 +11,11 @@ from sidecar import failpoints
 from sidecar.domain.lease import LeasePolicy
 from sidecar.serving.server import GRACEFUL_TIMEOUT
 from sidecar.store import runs, tokens, workers
-from tests.support import ROOT
 from tests.support.api import ACTOR, as_host
 from tests.support.runs import run_row, sequences, steps_input
-from tests.support.servers import STEPS, process_tree, start_serve
+from tests.support.servers import STARTED, STEPS, process_tree, start_serve
 from tests.support.streams import EventStream
 from tests.support.waiting import wait_until
-from tests.support.workers import stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -109,17 +105,14 @@ def test_a_worker_that_dies_is_started_again_and_runs_go_on(database_url, tmp_pa
 def test_sigterm_while_an_http_worker_boots_still_stops_it_at_once(database_url, tmp_path):
     """A worker that takes the SIGTERM before it has its own handlers (the stall holds it there) would miss
     it and serve until the graceful timeout (30 s) killed it; the arbiter says it again until it is gone."""
-    log_path = tmp_path / "serve.log"
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_FAILPOINT": "http_worker.boot"}
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--no-worker", "--workers", "1",
-                                 "--port", "0"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    served = start_serve(database_url, tmp_path / "serve.log", "--no-worker", "--workers", "1", until=STARTED,
+                         env={"NRLLM_FAILPOINT": "http_worker.boot"})
     try:
-        wait_until(lambda: "Booting worker" in log_path.read_text(), timeout=60, what="an HTTP worker to boot")
-        proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "Booting worker" in served.log(), timeout=60, what="an HTTP worker to boot")
+        served.proc.send_signal(signal.SIGTERM)
         stopped_at = time.monotonic()
-        assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+        assert served.proc.wait(60) == 0, served.log()[-3000:]
         took = time.monotonic() - stopped_at
         assert took < failpoints.STALL_SECONDS + 15 < GRACEFUL_TIMEOUT, f"stopped after {took:.1f} s"
     finally:
-        stop_process(proc)
+        served.stop()

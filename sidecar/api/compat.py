@@ -146,6 +146,6 @@ class Compat(MethodView):
     @blp.response(200, CompatReportSchema, example=examples.COMPAT)
     def get(self):
         """The gate's report: which statuses may be written, whether delegation is offered, and why."""
-        report = compat_service.report()
+        report = compat_service.compat_report()
         report["reported_at"] = rfc3339(report["reported_at"])
         return report

@@ -70,7 +70,7 @@ class RunDecision(MethodView):
         taken: list[service.Taken] = []
 
         def action():
-            taken[:] = [service.take(decision, holder=holder, lease=lease)]
+            taken[:] = [service.accept_decision(decision, holder=holder, lease=lease)]
             return (None, None) if now else (202, ReceiptSchema().dump(service.receipt(taken[0].decision)))
 
         key = idempotency_key()

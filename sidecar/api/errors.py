@@ -14,29 +14,12 @@ from werkzeug.exceptions import MethodNotAllowed
 
 from ..domain.errors import DatabaseUnavailable, SidecarError
 from ..store import db
+from .error_codes import DEFAULT_CODES
 from .examples import error_examples
 from .schemas import ErrorSchema
 
 # While the database is unavailable: how long a client is asked to wait before it asks again.
 DATABASE_RETRY_AFTER_SECONDS = 5
-
-# The code a bare HTTP error gets when nothing more specific was said.
-_DEFAULT_CODES = {
-    400: "malformed_request",
-    401: "unauthenticated",
-    403: "forbidden_role",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "invalid_state",
-    408: "request_timeout",
-    413: "too_large",
-    414: "request_line_too_long",
-    415: "malformed_request",
-    422: "validation_failed",
-    429: "too_many_requests",
-    431: "headers_too_large",
-    505: "http_version_not_supported",
-}
 
 
 def _flatten(messages) -> dict[str, list[str]]:
@@ -74,7 +57,7 @@ def errors(*statuses: int):
 
 def default_code(status: int, name: str) -> str:
     """The code of an error answer nothing more specific was said about (the server's own errors too)."""
-    return _DEFAULT_CODES.get(status, name.lower().replace(" ", "_"))
+    return DEFAULT_CODES.get(status, name.lower().replace(" ", "_"))
 
 
 def error_body(status: int, code: str, message: str, errors: dict | None = None) -> dict:

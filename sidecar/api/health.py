@@ -44,11 +44,11 @@ class Health(MethodView):
                       description="the database does not answer: status degraded")
     @blp.doc(security=[])
     def get(self):
-        document, status = report(current_app.config["NRLLM_SETTINGS"])
+        document, status = health_report(current_app.config["NRLLM_SETTINGS"])
         return (document, status, retry_after()) if status == 503 else document
 
 
-def report(settings) -> tuple[dict, int]:
+def health_report(settings) -> tuple[dict, int]:
     """The health document and its status (200, or 503 while the database does not answer); the console
     shows the same."""
     try:

@@ -41,7 +41,7 @@ def compat(as_json: bool) -> None:
     """Show the compatibility gate; exit 1 while delegation is not offered."""
     import json
 
-    from nrllm_sidecar_compat.service import report as gate_report
+    from nrllm_sidecar_compat.service import compat_report as gate_report
 
     from ..domain.clock import rfc3339
 

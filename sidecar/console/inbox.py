@@ -104,7 +104,7 @@ def decide(run_id):
     taken: list[service.Taken] = []
 
     def action():
-        taken[:] = [service.take(decision, holder=holder_name() if now else None, lease=lease)]
+        taken[:] = [service.accept_decision(decision, holder=holder_name() if now else None, lease=lease)]
         return (None, None) if now else (202, {"stored": taken[0].decision.id})
 
     # The form's own key: a second submit of the same form (a double click, a retry) replays the first.

@@ -180,7 +180,7 @@ def agent_delete(name):
 @route("/consumers")
 @operator_only
 def gate_page():
-    gate = compat_service.report()
+    gate = compat_service.compat_report()
     gate["reported_at"] = rfc3339(gate["reported_at"])
     return render_template("console/gate.html", gate=gate, consumers=_reported_consumers())
 
@@ -189,7 +189,7 @@ def gate_page():
 @operator_only
 def health_page():
     settings = current_app.config["NRLLM_SETTINGS"]
-    document, status = health.report(settings)
+    document, status = health.health_report(settings)
     window = LeasePolicy(settings.lease_seconds).worker_alive_window
     return render_template("console/health.html", health=document, heartbeats=console_queries.heartbeats(),
                            window=window, rfc3339=rfc3339), status

@@ -37,7 +37,7 @@ def continue_from_decision(segment) -> SegmentOutcome | None:
     if kind is DecisionKind.DENY and segment.spec.get("on_denial") == "fail":
         segment.guarded(pauses.fail_denied, decision)
         return SegmentOutcome.FAILED
-    segment.guarded(pauses.apply, decision, _results(run.id, kind, decision, pause))
+    segment.guarded(pauses.apply_decision, decision, _results(run.id, kind, decision, pause))
     return None
 
 

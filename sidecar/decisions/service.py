@@ -67,7 +67,7 @@ def receipt(decision: Decision) -> dict:
 
 
 @transactional
-def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePolicy | None = None) -> Taken:
+def accept_decision(request: DecisionRequest, *, holder: str | None = None, lease: LeasePolicy | None = None) -> Taken:
     """Check and store the decision, claiming its pause (and, with a holder, the run's lease). Raises the
     refusal's kind (sidecar/domain/errors.py); nothing is written then.
 
@@ -81,7 +81,7 @@ def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePol
         raise NotPermitted(f"{request.actor} may not {kind.action.removeprefix('agent:')} this run's pauses")
     pause = pauses.get(request.pause_id)
     if (pause is None or pause.run_id != run.id or pause.decided_at is not None or run.waiting_on != pause.id
-            or pauses.current(run) is None):
+            or pauses.current_pause(run) is None):
         raise PauseNotPending(f"pause {request.pause_id} is not pending: it was decided, or the run no longer "
                               "waits on it")
     if pause.generation != request.generation:
@@ -107,7 +107,7 @@ def take(request: DecisionRequest, *, holder: str | None = None, lease: LeasePol
         turn_digest=pause.turn_digest if kind is not DecisionKind.INPUT else None, comment=request.comment,
     )
     try:
-        decision, claim, sequence = pauses.take(run, pause, new, holder=holder, lease=lease)
+        decision, claim, sequence = pauses.store_decision(run, pause, new, holder=holder, lease=lease)
     except pauses.PauseTaken:
         raise PauseNotPending(f"pause {pause.id} was decided meanwhile") from None
     return Taken(decision, claim, sequence - 1)

@@ -157,7 +157,7 @@ def parse_url(url: str) -> tuple[str, int]:
     return parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
-def resolve(host: str, port: int) -> list[IPAddress]:
+def resolve_host(host: str, port: int) -> list[IPAddress]:
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
@@ -174,6 +174,6 @@ def check_url(url: str, allow: "AllowList | Iterable[str] | None" = None) -> lis
     allow = AllowList.of(allow)
     if allow.allows_name(host):
         return []
-    addresses = resolve(host, port)
+    addresses = resolve_host(host, port)
     check_addresses(host, addresses, allow)
     return addresses

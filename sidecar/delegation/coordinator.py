@@ -243,7 +243,7 @@ class Coordinator:
                           bytes_received=task.bytes_received)
             return True
         detail = {"deadline_at": wait.deadline_at.isoformat()}
-        if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
+        if resolutions.resolve_wait(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
                                resolution="timeout", detail=detail, cancel_remote=True):
             log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
         return True
@@ -322,6 +322,6 @@ class Coordinator:
         agent_failures.answered(agent)
 
     def _resolve(self, wait, checkpoint: dict, text: str, detail: dict, bytes_received: int = 0) -> None:
-        if resolutions.resolve(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,
+        if resolutions.resolve_wait(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,
                                bytes_received=bytes_received):
             log.info("run %s resumed with the answer of %s", wait.run_id, wait.remote_agent)

@@ -92,7 +92,7 @@ def _settle(wait, row: Outbound, sent, agent_name: str) -> None:
             turn_index = remote.unseal_checkpoint(wait)["turn_index"]
         except (remote.KeyMissing, remote.Tampered):
             turn_index = None  # the coordinator deals with the checkpoint (and polls a task) when it looks
-        if turn_index is not None and resolutions.resolve(wait, turn_index=turn_index, result=text,
+        if turn_index is not None and resolutions.resolve_wait(wait, turn_index=turn_index, result=text,
                                                     detail={"outbound_id": row.id, "outcome": row.outcome}):
             return
     waits.poll_now(wait.id)

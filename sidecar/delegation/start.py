@@ -58,7 +58,7 @@ def error(text: str) -> Started:
     return Started(result=f"error: {text}")
 
 
-def start(call: DelegationCall, settings) -> Started:
+def start_delegation(call: DelegationCall, settings) -> Started:
     with logs.context(remote_agent=str(call.arguments.get("agent"))):
         return _start(call, settings)
 
@@ -123,14 +123,14 @@ def _push_target(run_id: str, message_id: str, agent, client, settings) -> PushT
     return PushTarget(settings.public_url.rstrip("/") + PUSH_PATH, new_push_token(run_id))
 
 
-def give_up(call: DelegationCall) -> outbound.Settlement | None:
+def give_up_delegation(call: DelegationCall) -> outbound.Settlement | None:
     """A call the run may no longer delegate (the gate closed) whose earlier attempt journalled a send: that
     send may have left, so its row is settled and its task cancelled, and it is counted with the call's
     error result. None when no send was journalled for the call."""
     row = outbound.by_message_id(message_id_for(call.segment.run_id, call.tool_call_id))
     if row is None:
         return None
-    call.segment.guarded(outbound.give_up, row.id)
+    call.segment.guarded(outbound.give_up_send, row.id)
     log.warning("run %s gives up its journalled delegation to %s: the gate closed", row.run_id, row.remote_agent)
     return outbound.Settlement(counts={"delegations_used": 1, "bytes_used": len(row.request_body)})
 
@@ -202,7 +202,7 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
     except StatusNotWritable as exc:
         # The gate closed after the send was journalled (a host reported an older consumer meanwhile): the
         # run may not wait, so the call is given up, its remote task cancelled, and the send still counted.
-        call.segment.guarded(outbound.give_up, row.id)
+        call.segment.guarded(outbound.give_up_send, row.id)
         log.warning("run %s gives up its delegation to %s: %s", run.id, agent.name, exc.reason)
         return Started(result=f"error: delegation is not offered to this run: {exc.reason}",
                        settle=outbound.Settlement(counts={"delegations_used": 1, "bytes_used": traffic}))

@@ -4,7 +4,7 @@ the tools hook like any plugin's (a core plugin: sidecar/plugins.py)."""
 from ..domain.vocabulary import ToolEffect
 from ..engine.tools import DelegationCall, Tool, ToolError
 from ..hookspecs import hookimpl
-from .start import Started, give_up, start
+from .start import Started, give_up_delegation, start_delegation
 
 
 class DelegateTool(Tool):
@@ -33,10 +33,10 @@ class DelegateTool(Tool):
         raise ToolError("delegate_to_agent starts through delegate(), never run()")
 
     def delegate(self, call: DelegationCall) -> Started:
-        return start(call, self.settings)
+        return start_delegation(call, self.settings)
 
     def give_up(self, call: DelegationCall):
-        return give_up(call)
+        return give_up_delegation(call)
 
 
 @hookimpl

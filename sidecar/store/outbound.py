@@ -146,7 +146,7 @@ def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_
 
 
 @transactional
-def give_up(claim: Claim, outbound_id: str) -> Outbound | None:
+def give_up_send(claim: Claim, outbound_id: str) -> Outbound | None:
     """The run will not wait on this send (the gate closed after it was journalled): settle a row left
     `pending`, and journal the CancelTask of its task, if it has or may have one, under the fence. Returns
     the cancel row, or None."""

@@ -79,7 +79,7 @@ def get(pause_id: str) -> PersonPause | None:
     return PersonPause.get_or_none(PersonPause.id == pause_id)
 
 
-def current(run: Run) -> PersonPause | None:
+def current_pause(run: Run) -> PersonPause | None:
     """The pause a run waiting for a person waits on now."""
     if run.status not in PERSON_STATUSES or not run.waiting_on:
         return None
@@ -98,7 +98,7 @@ def view(pause: PersonPause) -> dict:
 
 
 def person_view(run: Run) -> dict | None:
-    pause = current(run)
+    pause = current_pause(run)
     return view(pause) if pause else None
 
 
@@ -143,7 +143,7 @@ class NewDecision:
     comment: str | None = None
 
 
-def take(run: Run, pause: PersonPause, d: NewDecision, *, holder: str | None = None,
+def store_decision(run: Run, pause: PersonPause, d: NewDecision, *, holder: str | None = None,
          lease: LeasePolicy | None = None) -> tuple[Decision, Claim | None, int]:
     """Claim the pause for `d`, store it and queue the run with a reference to it; with a holder, also claim
     the run's lease (decide-now). Returns the decision, the claim and the `decision` event's sequence.
@@ -221,7 +221,7 @@ def _applied(claim: Claim, decision: Decision) -> None:
 
 
 @transactional
-def apply(claim: Claim, decision: Decision, results: list[dict]) -> None:
+def apply_decision(claim: Claim, decision: Decision, results: list[dict]) -> None:
     """Apply the decision under the lease: its tool results (input, denials) and the `resume` event."""
     _applied(claim, decision)
     for r in results:

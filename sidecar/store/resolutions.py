@@ -73,7 +73,7 @@ def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str
                                           "created_at": now})
 
 
-def resolve(wait: DependencyWait, *, turn_index: int, result: str, resolution: str = "result",
+def resolve_wait(wait: DependencyWait, *, turn_index: int, result: str, resolution: str = "result",
             detail: dict | None = None, cancel_remote: bool = False, bytes_received: int = 0) -> bool:
     """Answer the suspended tool call with `result` and queue the run. True for the one caller that wins.
     With `cancel_remote` (a deadline) the remote task's CancelTask is journalled in the same transaction;

@@ -91,7 +91,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
     return wait_id
 
 
-def current(run_id: str) -> DependencyWait | None:
+def current_wait(run_id: str) -> DependencyWait | None:
     """The wait a run is suspended on now, if it waits for a dependency."""
     run = Run.get_or_none(Run.id == run_id)
     if run is None or run.status != WAITING or not run.waiting_on:

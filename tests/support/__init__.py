@@ -22,7 +22,8 @@ beside the store's. Now there is one of each:
   delegation       remote agents and delegating runs; the `peers` and `delegation_offered` fixtures
   peers            a real a2a-sdk peer on 127.0.0.1
   network          proxies and servers that misbehave (lost answers, faults, silence, canned bytes)
-  servers          `nrllm-sidecar serve` in its own process, raw HTTP, process trees
+  servers          the one way to start `nrllm-sidecar serve` in its own process (`start_serve`, which
+                   `live_sidecar` uses for the installed command too); raw HTTP, process trees
   streams          server-sent event clients: one stream, or a crowd of them
   commands         the command line in this process
   plugin_site, secrets_scan, reference_scan: one job each

@@ -195,6 +195,7 @@ class SilentServer:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._conns: list[socket.socket] = []
         self.received = b""
+        self.connections_ended = 0  # read to their end: all a closed connection sent is in `received`
         self._stopped = threading.Event()
         threading.Thread(target=self._accept, daemon=True, name="silent-server").start()
 
@@ -217,6 +218,7 @@ class SilentServer:
                 self.received += chunk
         except OSError:
             pass
+        self.connections_ended += 1
 
     def stop(self) -> None:
         self._stopped.set()

@@ -66,6 +66,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tests.support.network import LossyProxy
+from tests.support.waiting import wait_until
 
 V1_PATH = "/a2a/v1"
 V03_PATH = "/a2a/v03"
@@ -280,11 +281,10 @@ class Peer:
         self._thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True,
                                         name=f"a2a-peer-{self.port}")
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the A2A peer did not start")
-            time.sleep(0.02)
+        wait_until(lambda: server.started or not self._thread.is_alive(), timeout=60, interval=0.02,
+                   what="the A2A peer to start")
+        if not server.started:
+            raise RuntimeError("the A2A peer did not start: its thread ended")
         self._sock = sock
         return self
 

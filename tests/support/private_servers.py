@@ -21,10 +21,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.support.waiting import wait_until
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 START_TIMEOUT = 60
@@ -42,15 +43,6 @@ def _port_answers(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
 
 
 class PrivatePostgres:
@@ -166,8 +158,11 @@ class PrivateMariaDB:
             self._server_args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         try:
-            _wait_for(lambda: self._process.poll() is None and _port_answers(self.port), START_TIMEOUT, "mariadbd")
-        except RuntimeError as exc:
+            wait_until(lambda: self._process.poll() is not None or _port_answers(self.port), START_TIMEOUT,
+                       interval=0.1, what="mariadbd to answer or end")
+            if self._process.poll() is not None:
+                raise RuntimeError(f"mariadbd ended with {self._process.returncode}")
+        except (AssertionError, RuntimeError) as exc:
             log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
             raise RuntimeError(f"{exc}: {log[-2000:]}") from exc
         if not self._initialised:

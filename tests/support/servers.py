@@ -1,6 +1,6 @@
-"""`nrllm-sidecar serve` in its own process: as the tests start it (`start_serve`: this checkout, the tests'
-plugins, a database of the test's) and as an installation runs it (`live_sidecar`: the installed command, an
-SQLite file of its own, without the tests' plugins); raw HTTP and the process tree."""
+"""`nrllm-sidecar serve` in its own process, always started by `start_serve`: as the tests run it (this
+checkout, the tests' plugins, a database of the test's) and as an installation runs it (`live_sidecar`: the
+installed command, an SQLite file of its own, without the tests' plugins); raw HTTP and the process tree."""
 
 import os
 import re
@@ -19,10 +19,17 @@ STEPS = ("--executor", "sidecar.testing:StepExecutor")
 BIN = Path(sys.executable).parent  # where pip put the nrllm-sidecar command of this environment
 
 
+# This checkout's command, with the tests' plugins (PYTHONPATH); `live_sidecar` runs the installed one.
+SERVE = (sys.executable, "-m", "sidecar.cli", "serve")
+# How far start_serve waits: until an HTTP worker answers, or not at all (the test waits for what it is
+# about, an HTTP worker that boots, say).
+ANSWERING, STARTED = "answering", "started"
+
+
 @dataclass
 class Served:
     proc: subprocess.Popen
-    port: int
+    port: int | None  # None when start_serve did not wait (STARTED)
     log_path: Path
 
     @property
@@ -36,20 +43,35 @@ class Served:
         return stop_process(self.proc, timeout)
 
 
-def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None = None) -> Served:
-    """Start `serve --port 0` against the database; return once it says where it listens."""
-    env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(GENEROUS_LEASE), **(env or {})}
-    log = open(log_path, "w")  # noqa: SIM115 - owned by the process; a file never blocks it as a full pipe would
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve", "--port", "0", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=log)
+def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None = None, until: str = ANSWERING,
+                read_stdout: bool = False, command: tuple[str, ...] = SERVE, cwd: Path = ROOT) -> Served:
+    """The one way the tests start `serve --port 0` against the database, its standard error in `log_path`
+    (a file never blocks the process as a full pipe would). Leases are generous.
+
+    env: variables over this process's environment; a None value removes one.
+    until: ANSWERING or STARTED (see above).
+    read_stdout: standard output as a text pipe the test reads (what `serve --demo` prints), else discarded.
+    """
+    merged = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(GENEROUS_LEASE),
+              **(env or {})}
+    merged = {name: value for name, value in merged.items() if value is not None}
+    with open(log_path, "w") as log:  # the child has its own descriptor: this one can close now
+        proc = subprocess.Popen([*command, "--port", "0", *args], cwd=cwd, env=merged, stderr=log,
+                                stdout=subprocess.PIPE if read_stdout else subprocess.DEVNULL, text=read_stdout)
+    if until == STARTED:
+        return Served(proc, None, log_path)
 
     def port():
         assert proc.poll() is None, f"serve ended: {log_path.read_text()[-3000:]}"
         match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", log_path.read_text())
         return int(match.group(1)) if match else None
 
-    served = Served(proc, wait_until(port, timeout=60, what="serve to listen"), log_path)
-    wait_until(lambda: _answers(served.port), timeout=60, what="an HTTP worker to answer")
+    try:
+        served = Served(proc, wait_until(port, timeout=60, what="serve to listen"), log_path)
+        wait_until(lambda: _answers(served.port), timeout=60, what="an HTTP worker to answer")
+    except BaseException:
+        stop_process(proc)  # a test that never got its Served cannot stop it
+        raise
     return served
 
 
@@ -121,20 +143,17 @@ class LiveSidecar:
 
 @contextmanager
 def live_sidecar(directory: Path, python_path: tuple[Path, ...] = ()):
-    # Without the tests' PYTHONPATH (the sidecar `make run` serves, without the test plugins); `python_path`
-    # adds plugins as installed ones (tests/support/plugin_site.py).
+    """The installed `nrllm-sidecar serve`, as `make run` serves it: without the tests' PYTHONPATH (so without
+    the test plugins), on an SQLite file of its own; `python_path` adds plugins as installed ones
+    (tests/support/plugin_site.py)."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in python_path)
     env.update(NRLLM_DATABASE_URL=f"sqlite:///{directory / 'sidecar.db'}", PATH=f"{BIN}{os.pathsep}{env['PATH']}")
-    log = directory / "serve.log"
-    with open(log, "w") as stderr:
-        proc = subprocess.Popen(["nrllm-sidecar", "serve", "--port", "0"], cwd=directory, env=env,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
+    served = start_serve(env["NRLLM_DATABASE_URL"], directory / "serve.log", cwd=directory,
+                         command=(str(BIN / "nrllm-sidecar"), "serve"),
+                         env={"PYTHONPATH": env.get("PYTHONPATH"), "PATH": env["PATH"]})
     try:
-        found = wait_until(lambda: proc.poll() is None and re.search(r"listening on (http://\S+)", log.read_text())
-                           or proc.poll() is not None, timeout=60, interval=0.1, what="the sidecar to listen")
-        assert proc.poll() is None, f"the sidecar stopped:\n{log.read_text()}"
-        yield LiveSidecar(found.group(1), env, log)
+        yield LiveSidecar(served.base_url, env, served.log_path)
     finally:
-        assert stop_process(proc) == 0, log.read_text()
+        assert served.stop() == 0, served.log()
