@@ -112,17 +112,17 @@ def test_a_thread_runs_in_the_application_that_made_it_whatever_the_default(two)
     run_id = first.post_run()
     seen = {}
 
-    def look():
-        seen["status"] = runs.get_run(run_id).status
+    def look(where: str):
+        found = runs.get_run(run_id)
+        seen[where] = found.status if found else None
 
-    started = first.application.run(application.thread, look, name="test-first")
+    started = first.application.run(application.thread, look, args=("made by the first",), name="test-first")
     started.start()
-    started.join(10)
-    assert seen == {"status": "queued"}
-    plain = threading.Thread(target=look)  # enters no application: the default's database has no such run
+    plain = threading.Thread(target=look, args=("entered none",))  # the default's database has no such run
     plain.start()
+    started.join(10)
     plain.join(10)
-    assert seen == {"status": "queued"} and runs.get_run(run_id) is None
+    assert seen == {"made by the first": "queued", "entered none": None}
 
 
 def test_waking_one_applications_workers_leaves_the_others_asleep(two):
