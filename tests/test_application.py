@@ -18,7 +18,6 @@ from tests.support.api import as_host, settings_for
 from tests.support.waiting import wait_until
 from tests.support.workers import worker_in_thread
 
-
 RUN = {"input": "hello", "provider": "scripted", "script": [{"content": "done"}]}
 
 
