@@ -1,5 +1,6 @@
 """The gate as the rest of the sidecar sees it: declarations from the plugins, the report from the store."""
 
+from sidecar.application import current
 from sidecar.consumers import core_consumer_versions
 from sidecar.plugins import PluginLoadError, plugin_context, plugin_manager, results_by_plugin
 from sidecar.store import consumers as consumer_store
@@ -25,10 +26,10 @@ def declarations() -> dict[str, Declaration]:
     return found
 
 
-# The last gate built, with what it was built from: the plugins loaded and the report's time. A segment asks
-# the gate at least twice (the offer of delegation tools, the guard of the suspension), and building it reads
-# the report's rows and every plugin's declarations; reading the report's time is one small indexed read.
-_built: tuple[tuple, Gate] | None = None
+# The application keeps the last gate built, with what it was built from: the plugins loaded and the report's
+# time (Application.gate_built). A segment asks the gate at least twice (the offer of delegation tools, the
+# guard of the suspension), and building it reads the report's rows and every plugin's declarations; reading
+# the report's time is one small indexed read.
 
 
 def _plugins_loaded() -> tuple:
@@ -41,9 +42,9 @@ def current_gate() -> Gate:
     """The gate as of now. Built again only when the report changed (every change of the report moves its
     time, in the transaction that changes its rows, so the time read in a transaction names the rows it sees)
     or the plugins did; otherwise the gate built last."""
-    global _built
+    app = current()
     key = (_plugins_loaded(), consumer_store.reported_time())
-    built = _built
+    built = app.gate_built
     if built is not None and built[0] == key:
         return built[1]
     reported_at, rows = consumer_store.load_report()
@@ -59,7 +60,7 @@ def current_gate() -> Gate:
         report = [r for r in report if r.name not in core] + [ReportedConsumer(n, v) for n, v in core.items()]
     gate = Gate(declarations(), report, reported_at)
     # Rows read after the time are never older than it: at worst newer, and the next call builds again.
-    _built = (key, gate)
+    app.gate_built = (key, gate)
     return gate
 
 

@@ -22,6 +22,7 @@ from .api import (
 from .api import compat as compat_views
 from .api import push as push_views
 from .api.errors import SidecarApi
+from .application import Application
 from .config import Settings
 from .engine.registry import build_registry
 from .plugins import plugin_context, plugin_manager
@@ -30,10 +31,17 @@ from .store import db
 SECURITY_SCHEME = "bearerToken"
 
 
-def create_app(settings: Settings | None = None, *, bind_database: bool = True) -> Flask:
+def create_app(settings: Settings | None = None, *, bind_database: bool = True, plugin_manager=None) -> Flask:
+    """The app of a new application (bootstrap.start; the arguments are its): every request runs in it."""
     settings = settings or Settings.from_env()
-    bootstrap.start(settings, bind_database=bind_database)
+    application = bootstrap.start(settings, bind_database=bind_database, plugin_manager=plugin_manager)
+    return application.run(_build, application, settings)
+
+
+def _build(application: Application, settings: Settings) -> Flask:
     app = Flask("nrllm_sidecar")
+    app.extensions["nrllm_application"] = application
+    app.wsgi_app = _InApplication(app.wsgi_app, application)
     app.config.update(
         NRLLM_SETTINGS=settings,
         MAX_CONTENT_LENGTH=settings.body_limit_bytes,
@@ -83,6 +91,37 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True) 
         db.release_connection(pooled_only=True)
 
     return app
+
+
+class _InApplication:
+    """WSGI middleware: the request, and the iteration of its answer (a stream is read after the view has
+    returned), run in the app's application, whichever thread the server runs them on."""
+
+    def __init__(self, wsgi_app, application: Application):
+        self.wsgi_app = wsgi_app
+        self.application = application
+
+    def __call__(self, environ, start_response):
+        return _Answer(self.application.run(self.wsgi_app, environ, start_response), self.application)
+
+
+class _Answer:
+    def __init__(self, body, application: Application):
+        self.body = body
+        self.application = application
+        self._iterator = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._iterator is None:
+            self._iterator = self.application.run(iter, self.body)
+        return self.application.run(next, self._iterator)
+
+    def close(self):
+        if hasattr(self.body, "close"):
+            self.application.run(self.body.close)
 
 
 def _document_common_parts(api: SidecarApi) -> None:

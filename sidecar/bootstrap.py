@@ -1,21 +1,35 @@
-"""What every process does before it serves, works or answers a command: bind the database, check (or
-bring) its schema up to date, load the plugins (a broken one stops start-up here, named), install the
-compatibility gate in the store and the status notification hook. Idempotent, so tests and app
-factories may call it again."""
+"""What every process does before it serves, works or answers a command: build its application
+(sidecar/application.py): bind the database, check (or bring) its schema up to date, load the plugins (a
+broken one stops start-up here, named), install the compatibility gate in the store and the status
+notification hook. Each call builds a new application, so tests and app factories may call it again."""
 
 from nrllm_sidecar_compat.service import declarations, install_store_guard
 
-from . import keys, metrics
+from . import keys, metrics, plugins
+from .application import Application, set_default
 from .config import Settings
 from .domain.errors import SchemaNotCurrent
-from .plugins import configure, notify_each, plugin_manager
 from .store import db, events, migrations
 
 
 def start(settings: Settings, *, bind_database: bool = True, migrate: bool = False,
-          wait_for_database: bool = False) -> None:
-    """wait_for_database: a process that lives long (serve, worker) started during a database outage waits
+          wait_for_database: bool = False, plugin_manager=None) -> Application:
+    """Build the application for `settings`, make it the process's default (sidecar/application.py) and
+    return it.
+
+    bind_database=False: the application works on the database this process bound already (db.bind).
+    plugin_manager: the one to use instead of the installed plugins' (`python -m sidecar.surface`).
+    wait_for_database: a process that lives long (serve, worker) started during a database outage waits
     for the database; a one-shot command fails at once with the error."""
+    app = Application(settings, database=None if bind_database else db.database.obj, plugin_manager=plugin_manager)
+    app.run(_set_up, app, settings, bind_database=bind_database, migrate=migrate,
+            wait_for_database=wait_for_database)
+    set_default(app)  # last: an application whose start-up failed is never one a thread falls back to
+    return app
+
+
+def _set_up(app: Application, settings: Settings, *, bind_database: bool, migrate: bool,
+            wait_for_database: bool) -> None:
     keys.configure(settings)  # first: a configuration error stops start-up before anything is touched
     if bind_database:
         db.bind(settings.database_url)
@@ -23,11 +37,11 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
         db.retry_while_unavailable(lambda: _check_schema(migrate), "start-up")
     else:
         _check_schema(migrate)
-    pm = plugin_manager()
-    context = configure(settings)
+    pm = plugins.plugin_manager()
+    context = plugins.configure(settings)
     declarations()  # a consumer declaration the gate cannot read stops start-up here, naming its plugin
     install_store_guard()
-    events.listen("status", lambda run_id, change: notify_each(
+    events.listen("status", lambda run_id, change: plugins.notify_each(
         pm.hook.nrllm_run_status_changed, run_id=run_id, old_status=change.get("from"), new_status=change["to"],
         context=context))
     events.listen("outbound", _count_outbound_outcome)

@@ -1,4 +1,4 @@
-"""The sealing keys of this process, set up once at start-up (bootstrap) and read through `sealer()`.
+"""The sealing keys of the application, set up once at start-up (bootstrap) and read through `sealer()`.
 
 Keys come from NRLLM_SECRET_KEYS, newest first. They are required on PostgreSQL and MariaDB, where
 several processes on several machines must open each other's checkpoints. On SQLite (one machine) a
@@ -9,13 +9,12 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from .application import current
 from .config import Settings
 from .domain.errors import SecretKeysError
 from .domain.sealing import Sealer, check_key, generate_key
 
 DEV_KEY_FILE = "secret-key.dev"
-
-_sealer: Sealer | None = None
 
 
 def _is_sqlite(database_url: str) -> bool:
@@ -86,14 +85,14 @@ def keys_for(settings: Settings) -> tuple[str, ...]:
 
 
 def configure(settings: Settings) -> Sealer:
-    """Set up this process's sealer from the settings (called by bootstrap; calling it again replaces it)."""
-    global _sealer
-    _sealer = Sealer(keys_for(settings))
-    return _sealer
+    """Set up the application's sealer from the settings (called by bootstrap; calling it again replaces it)."""
+    sealer = current().sealer = Sealer(keys_for(settings))
+    return sealer
 
 
 def sealer() -> Sealer:
-    """The process's sealer; SecretKeysError before start-up configured one."""
-    if _sealer is None:
-        raise SecretKeysError("no sealing keys are configured in this process (bootstrap.start was not called)")
-    return _sealer
+    """The application's sealer; SecretKeysError before start-up configured one."""
+    found = current().sealer
+    if found is None:
+        raise SecretKeysError("no sealing keys are configured in this application (bootstrap.start was not called)")
+    return found

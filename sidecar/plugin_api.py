@@ -18,8 +18,9 @@ PLUGIN_API_VERSION = "1.0"
 
 
 class PluginContext:
-    """What every hook may take as its `context` argument: the process's settings, and the tools and model
-    providers the plugins registered (read-only, by name). One per process, shared by its threads."""
+    """What every hook may take as its `context` argument: the sidecar's settings, and the tools and model
+    providers the plugins registered (read-only, by name). One per application (a process runs one), shared
+    by its threads."""
 
     api_version = PLUGIN_API_VERSION
 

@@ -2,7 +2,7 @@
 
 The core registers its tools, providers and consumers through the same hooks a third-party plugin uses,
 so both take one path (bundled plugins under plugins/ are entry points like any other). Every hook is called
-with the process's context (sidecar/plugin_api.py), set up at start-up by configure().
+with the application's context (sidecar/plugin_api.py), set up at start-up by configure().
 """
 
 import importlib
@@ -13,6 +13,7 @@ from importlib.metadata import entry_points
 import pluggy
 
 from . import hookspecs
+from .application import current
 from .config import Settings
 from .plugin_api import PluginContext
 
@@ -105,40 +106,32 @@ def _collect(hook, settings: Settings, what: str) -> dict:
     return found
 
 
-_pm: pluggy.PluginManager | None = None
-
-
 def plugin_manager() -> pluggy.PluginManager:
-    """The process's plugin manager, built on first use (never at import)."""
-    global _pm
-    if _pm is None:
-        _pm = build_plugin_manager()
-    return _pm
-
-
-def use_plugin_manager(pm: pluggy.PluginManager) -> None:
-    """Make `pm` the process's plugin manager before anything asks for one (`python -m sidecar.surface` loads
-    only the sidecar's own plugins)."""
-    global _pm, _context
-    _pm, _context = pm, None
-
-
-_context: PluginContext | None = None
+    """The application's plugin manager, built on first use (never at import)."""
+    app = current()
+    if app.plugin_manager is None:
+        with app.lock:
+            if app.plugin_manager is None:
+                app.plugin_manager = build_plugin_manager()
+    return app.plugin_manager
 
 
 def configure(settings: Settings) -> PluginContext:
-    """Set up the context every hook of this process gets (bootstrap.start does, with the process's settings);
-    its tools and providers are collected from the plugins when a hook first reads them."""
-    global _context
+    """Set up the context every hook of this application gets (bootstrap.start does, with its settings); its
+    tools and providers are collected from the plugins when a hook first reads them."""
     pm = plugin_manager()
-
-    _context = PluginContext(settings, lambda: collect_tools_and_providers(settings, pm))
-    return _context
+    context = PluginContext(settings, lambda: collect_tools_and_providers(settings, pm))
+    current().plugin_context = context
+    return context
 
 
 def plugin_context() -> PluginContext:
-    """The context of this process's hooks; from the environment's settings if start-up did not set it up."""
-    return _context if _context is not None else configure(Settings.from_env())
+    """The context of this application's hooks; set up from its settings (the environment's, in a process
+    that did not start an application) if start-up did not."""
+    app = current()
+    if app.plugin_context is not None:
+        return app.plugin_context
+    return configure(app.settings or Settings.from_env())
 
 
 def describe() -> list[dict]:

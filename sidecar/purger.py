@@ -10,6 +10,7 @@ import random
 import threading
 from datetime import timedelta
 
+from .application import thread
 from .domain.clock import utcnow
 from .store import retention
 
@@ -31,7 +32,7 @@ class RetentionPurger:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="retention", daemon=True)
+        self._thread = thread(self._loop, name="retention")
         self._thread.start()
 
     def stop(self) -> None:

@@ -159,18 +159,17 @@ def vocabularies() -> dict:
 def generate() -> dict:
     """Build the surface: the app against a new, migrated SQLite database, with only our own plugins.
 
-    Run it in a process of its own (as the command and the test do): it binds the store's database and
-    installs the plugin manager, the gate and the status hook process-wide.
+    Run it in a process of its own (as the command and the test do): its application becomes the process's
+    default.
     """
     with tempfile.TemporaryDirectory() as folder:
         settings = Settings(instance_path=Path(folder), database_url=f"sqlite:///{folder}/surface.db")
         db.bind(settings.database_url)
         migrations.upgrade()
         pm = own_plugin_manager()
-        plugin_module.use_plugin_manager(pm)  # what create_app and bootstrap take as "the" manager
         from .app import create_app
 
-        app = create_app(settings, bind_database=False)
+        app = create_app(settings, bind_database=False, plugin_manager=pm)
         spec = app.extensions["flask-smorest"]["apis"][""]["ext_obj"].spec.to_dict()
         collecting = PluginContext(settings)
         tools = {

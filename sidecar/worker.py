@@ -15,6 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from . import logs, metrics, wakeup
+from .application import current, enter, thread
 from .domain.errors import LeaseLost
 from .domain.lease import ClaimBatch, LeasePolicy
 from .domain.vocabulary import SegmentOutcome
@@ -34,6 +35,7 @@ class Worker:
         poll_interval: float = 1.0,
         reap_limit: int = 50,
         companions: tuple = (),
+        application=None,
     ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -45,7 +47,11 @@ class Worker:
         # Services that live as long as the worker (the coordinator): objects with start() and stop().
         self.companions = tuple(companions)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segment")
+        # The application whose runs this worker executes (by default the one that makes it): its threads and
+        # its pool's run in it.
+        self.application = application or current()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segment", initializer=enter,
+                                        initargs=(self.application,))
         self._active: dict[str, Segment] = {}
         self._active_lock = threading.Lock()
         self._wake = threading.Event()
@@ -61,12 +67,13 @@ class Worker:
     def start(self) -> None:
         """Start the loop and heartbeat threads and return (serve's embedded worker)."""
         with self._lifecycle:  # a SIGTERM during start-up stops what start() started, after it
-            self._start()
+            self.application.run(self._start)  # its companions' threads too
 
     def _start(self) -> None:
         wakeup.subscribe(self._wake)
-        self._loop_thread = threading.Thread(target=self._loop, name="worker-loop", daemon=True)
-        self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True)
+        self._loop_thread = thread(self._loop, name="worker-loop", application=self.application)
+        self._heartbeat_thread = thread(self._heartbeat, name="worker-heartbeat",
+                                        application=self.application)
         self._loop_thread.start()
         self._heartbeat_thread.start()
         for companion in self.companions:
@@ -84,7 +91,7 @@ class Worker:
     def stop(self, grace: float) -> None:
         """Stop claiming; let segments in flight finish for `grace` seconds, then hand the rest back."""
         with self._lifecycle:
-            self._stop(grace)
+            self.application.run(self._stop, grace)
 
     def _stop(self, grace: float) -> None:
         # The order matters (docs/runs-and-leases.md, "Graceful stop"): claiming stops at once, the heartbeat

@@ -72,16 +72,19 @@ def test_a_coordinator_claims_only_what_is_due_and_wakes_when_the_next_wait_is_d
     import time
 
     from sidecar.config import Settings
-    from sidecar.delegation.coordinator import MIN_PAUSE_SECONDS, TICK_SECONDS, Coordinator
+    from sidecar.delegation.coordinator import MIN_PAUSE_SECONDS, Coordinator
 
-    coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url))
+    # A long period (below the 10 s a coordinator sleeps with nothing due), and a wait due well within it but
+    # far enough ahead that a busy machine does not reach it between the seed and the look.
+    period, due_in = 9.0, 4.0
+    coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url), tick_seconds=period)
     try:
         assert not coordinator._anything_due()  # nothing waits: no claim at all
-        assert TICK_SECONDS - 0.1 < coordinator._sleep_seconds(time.monotonic()) <= TICK_SECONDS
-        seed(1, due_in=0.1)
+        assert period - 4 < coordinator._sleep_seconds(time.monotonic()) <= period
+        seed(1, due_in=due_in)
         assert not coordinator._anything_due()
         # Due sooner than the next period: looked at when due, not up to a period later.
-        assert MIN_PAUSE_SECONDS <= coordinator._sleep_seconds(time.monotonic()) <= 0.1
+        assert MIN_PAUSE_SECONDS <= coordinator._sleep_seconds(time.monotonic()) <= due_in
         seed(1, due_in=-1.0)
         assert coordinator._anything_due()
         assert coordinator._sleep_seconds(time.monotonic()) == MIN_PAUSE_SECONDS  # never a busy loop

@@ -10,6 +10,7 @@ import pytest
 
 from sidecar import keys
 from sidecar.app import create_app
+from sidecar.application import Application, current
 from sidecar.config import Settings
 from sidecar.domain.sealing import fingerprint, generate_key
 from tests.support import ROOT
@@ -31,11 +32,17 @@ def test_keys_are_required_on_server_databases(tmp_path, url):
     assert not (tmp_path / "instance").exists()
 
 
-def test_configured_keys_are_used_newest_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(keys, "_sealer", keys._sealer)  # the process's sealer is put back afterwards
+def test_configured_keys_are_used_newest_first(tmp_path):
     new, old = generate_key(), generate_key()
-    sealer = keys.configure(_settings(tmp_path, SERVER_URLS[0], new, old))
-    assert keys.sealer() is sealer
+
+    def configure_and_read():
+        sealer = keys.configure(_settings(tmp_path, SERVER_URLS[0], new, old))
+        assert keys.sealer() is sealer
+        return sealer
+
+    application = Application()  # one of its own: the process's default keeps its sealer
+    sealer = application.run(configure_and_read)
+    assert application.sealer is sealer and current() is not application
     assert sealer.fingerprints == (fingerprint(new), fingerprint(old))
 
 

@@ -77,6 +77,7 @@ def test_the_project_is_imported_by_its_installed_names_only():
 LAYERS = (
     {"sidecar", "domain", "failpoints"},
     {"config", "logs", "hookspecs", "plugin_api"},
+    {"application"},
     {"keys", "wakeup"},
     {"store"},
     {"metrics", "plugins"},

@@ -14,7 +14,7 @@ from sidecar.config import Settings
 from sidecar.engine.registry import build_registry
 from sidecar.engine.tools import EchoTool
 from sidecar.hookspecs import hookimpl
-from sidecar.plugins import PluginLoadError, build_plugin_manager, plugin_manager
+from sidecar.plugins import PluginLoadError, build_plugin_manager
 from tests.support import ROOT
 from tests.support.engine import make_settings
 
@@ -135,14 +135,8 @@ def test_a_plugin_cannot_take_a_core_tool_or_another_plugins_provider():
         build_registry(make_settings(), pm)
 
 
-@pytest.fixture
-def clashing_plugin():
-    plugin = OffersTool(EchoTool())
-    plugin_manager().register(plugin, name="echo-clash-test")
-    yield
-    plugin_manager().unregister(plugin)
-
-
-def test_the_api_does_not_start_with_a_clash(sqlite_url, tmp_path, clashing_plugin):
+def test_the_api_does_not_start_with_a_clash(sqlite_url, tmp_path):
+    pm = build_plugin_manager()
+    pm.register(OffersTool(EchoTool()), name="echo-clash-test")
     with pytest.raises(PluginLoadError, match="'echo-clash-test'"):
-        create_app(Settings(instance_path=tmp_path, database_url=sqlite_url), bind_database=False)
+        create_app(Settings(instance_path=tmp_path, database_url=sqlite_url), bind_database=False, plugin_manager=pm)

@@ -13,12 +13,13 @@ costs nothing until its run moves or its keep-alive is due. What wakes the watch
 
 A wake only says "read again": the stream reads its run's events after the last one it sent, so a
 spurious wake costs one read and a missed one cannot happen while the poll or the listener runs.
-The feed starts with the first watch (importing this module starts nothing).
+The feed starts with the first watch (importing this module starts nothing) and stops after the last.
 """
 
 import logging
 import threading
 
+from ..application import current, thread
 from ..store import db, events, notify
 
 log = logging.getLogger("nrllm_sidecar.streams")
@@ -102,7 +103,7 @@ class EventHub:
             self._listener = notify.Listener(self._on_notify, channel=notify.RUN_EVENTS_CHANNEL,
                                              name="event-streams-listen")
             self._listener.start()
-        self._thread = threading.Thread(target=self._run, name="event-streams-feed", daemon=True)
+        self._thread = thread(self._run, name="event-streams-feed")
         self._thread.start()
 
     def _on_notify(self, run_ids) -> None:
@@ -120,6 +121,8 @@ class EventHub:
 
     def _run(self) -> None:
         while not self._closed:
+            if self._stopped_for_want_of_watches():
+                return
             if self._listener is not None and self._listener.listening:
                 self._seen.clear()  # polling again later starts afresh
                 self._tick.wait(1.0)
@@ -132,6 +135,19 @@ class EventHub:
             finally:
                 db.release_connection(pooled_only=True)  # SQLite keeps it: data_version speaks of one connection
             self._tick.wait(self.poll_seconds)
+
+    def _stopped_for_want_of_watches(self) -> bool:
+        """The last stream has ended: the feed stops (its LISTEN connection too), and the next watch starts it
+        again. An application no longer serving leaves no thread behind reading its database."""
+        with self._lock:
+            if self._watches:
+                return False
+            self._thread, listener, self._listener = None, self._listener, None
+            self._seen.clear()
+            self._marker = None
+        if listener is not None:
+            listener.stop()
+        return True
 
     def _poll(self) -> None:
         with self._lock:
@@ -156,19 +172,15 @@ class EventHub:
             self._wake(moved)
 
 
-_hub: EventHub | None = None
-_hub_lock = threading.Lock()
-
-
 def hub() -> EventHub:
-    """This process's hub (made on first use; a forked server worker makes its own)."""
-    global _hub
-    with _hub_lock:
-        if _hub is None:
-            _hub = EventHub()
-        return _hub
+    """The application's hub (made on first use; a forked server worker makes its own)."""
+    app = current()
+    with app.lock:
+        if app.event_hub is None:
+            app.event_hub = EventHub()
+        return app.event_hub
 
 
 def close() -> None:
-    """End every stream of this process (the server is stopping); streams opened later end at once too."""
+    """End every stream of the application (the server is stopping); streams opened later end at once too."""
     hub().close()  # made here if no stream came yet: one accepted during the stop must end too

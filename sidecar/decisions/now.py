@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 
 from .. import metrics
+from ..application import thread
 from ..domain.lease import LeasePolicy
 from ..domain.vocabulary import SegmentOutcome
 from ..segment import Segment, SegmentExecutor, execute_segment
@@ -40,7 +41,7 @@ class Continuation:
         self.on_end = on_end
         self.outcome: SegmentOutcome | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"decide-now-{claim.run_id[:8]}", daemon=True)
+        self._thread = thread(self._run, name=f"decide-now-{claim.run_id[:8]}")
 
     def start(self) -> "Continuation":
         self._thread.start()
@@ -52,7 +53,7 @@ class Continuation:
 
     def _run(self) -> None:
         segment = Segment(self.claim, runs.get_run(self.claim.run_id))
-        beat = threading.Thread(target=self._heartbeat, args=(segment,), name="decide-now-heartbeat", daemon=True)
+        beat = thread(self._heartbeat, args=(segment,), name="decide-now-heartbeat")
         beat.start()
         try:
             self.outcome = execute_segment(self.executor, segment)

@@ -18,7 +18,6 @@ the peer may have created the task, and only reconciliation (ListTasks by contex
 import contextvars
 import http.cookiejar
 import json
-import threading
 import time
 from dataclasses import dataclass, replace
 from urllib.parse import urljoin
@@ -29,6 +28,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError, ProtocolError
 
+from sidecar.application import current
 from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
 from sidecar.domain import push_tokens
@@ -147,8 +147,6 @@ class _Answer:
 
 
 _KEPT_ALIVE_PER_ADDRESS = 16  # connections a pool keeps (more may be open at once; the extra ones are closed)
-_sessions: dict[tuple, requests.Session] = {}
-_sessions_lock = threading.Lock()
 
 
 def _session(url: str, allow: AllowList, *, keep_alive: bool) -> requests.Session:
@@ -156,10 +154,11 @@ def _session(url: str, allow: AllowList, *, keep_alive: bool) -> requests.Sessio
     calls, or each closed when its call ends. Built once (building one costs about as much as a call)."""
     scheme, _, rest = url.partition("://")
     key = (keep_alive, scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
-    with _sessions_lock:
-        session = _sessions.get(key)
+    app = current()  # its sessions: another application's allow-list and pools are its own
+    with app.lock:
+        session = app.remote_sessions.get(key)
         if session is None:
-            session = _sessions[key] = requests.Session()
+            session = app.remote_sessions[key] = requests.Session()
             session.trust_env = False
             session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))  # none is kept
             adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=_KEPT_ALIVE_PER_ADDRESS,

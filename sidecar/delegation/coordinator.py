@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from .. import logs, metrics, wakeup
+from ..application import thread
 from ..domain.backoff import Backoff
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, TerminationReason
@@ -68,7 +69,7 @@ class Coordinator:
         if notify.can_listen():
             self._listener = notify.Listener(lambda _payloads: self._wake.set())
             self._listener.start()
-        self._thread = threading.Thread(target=self._loop, name="coordinator", daemon=True)
+        self._thread = thread(self._loop, name="coordinator")
         self._thread.start()
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ import logging
 
 from nrllm_sidecar_compat.service import delegation_refusal
 
+from ..application import current
 from ..config import Settings
 from ..decisions.continuation import continue_from_decision
 from ..domain.budget import Budget, Stop
@@ -37,10 +38,19 @@ class AgentLoop:
     """The default segment executor. Shared by the worker's threads: it keeps no per-run state."""
 
     def __init__(self, registry: Registry | None = None):
-        self.registry = registry if registry is not None else build_registry(Settings.from_env())
+        # Without one (`worker --executor module:Class` makes it with no arguments): the registry of the
+        # application's settings, read once at start-up.
+        self.registry = registry if registry is not None else build_registry(_started_settings())
 
     def execute(self, segment: Segment) -> SegmentOutcome:
         return _RunSegment(self.registry, segment).execute()
+
+
+def _started_settings() -> Settings:
+    settings = current().settings
+    if settings is None:
+        raise RuntimeError("AgentLoop() without a registry needs a started application (bootstrap.start)")
+    return settings
 
 
 def _budget_of(run) -> Budget:

@@ -16,7 +16,6 @@ Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.
 
 import gc
 import json
-import threading
 import time
 
 from gunicorn import util
@@ -29,6 +28,7 @@ from werkzeug.exceptions import RequestTimeout
 from .. import failpoints
 from ..api import event_hub, streaming
 from ..api.errors import default_code, error_body
+from ..application import thread
 from ..config import Settings
 
 
@@ -149,7 +149,7 @@ class SidecarWorker(ThreadWorker):
     def handle_exit(self, sig, frame):
         if self.alive:  # the arbiter may say it more than once (SidecarArbiter.reap_workers)
             # Off the signal handler: closing waits for the feed's listener to stop.
-            threading.Thread(target=event_hub.close, name="end-streams", daemon=True).start()
+            thread(event_hub.close, name="end-streams").start()
         super().handle_exit(sig, frame)
 
     def handle_error(self, req, client, addr, exc):

@@ -1,4 +1,4 @@
-"""One database object, bound from a URL, and the write transaction every store function uses."""
+"""The application's database, bound from a URL, and the write transaction every store function uses."""
 
 import functools
 import logging
@@ -20,12 +20,34 @@ from peewee import (
 )
 from playhouse.pool import PooledDatabase, PooledMySQLDatabase, PooledPostgresqlDatabase
 
+from ..application import current
 from ..domain.backoff import Backoff
 
 log = logging.getLogger("nrllm_sidecar.database")
 
-# Models are declared against this proxy; bind() points it at a real database (the scout pattern).
-database = DatabaseProxy()
+
+
+class ApplicationDatabase(DatabaseProxy):
+    """The proxy the models are declared against (the scout pattern), pointing at the database of the
+    application the calling thread runs in (sidecar/application.py): two applications in one process each
+    work on their own. bind() sets the current application's."""
+
+    __slots__ = ()
+
+    def __init__(self):
+        object.__setattr__(self, "_callbacks", [])
+
+    @property
+    def obj(self):
+        return current().database
+
+    def initialize(self, obj) -> None:
+        current().database = obj
+        for callback in self._callbacks:
+            callback(obj)
+
+
+database = ApplicationDatabase()
 
 # What any failure of the database looks like to the layers above the store (health reports it).
 DatabaseError = PeeweeException

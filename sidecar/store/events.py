@@ -5,6 +5,7 @@ import json
 import logging
 from collections.abc import Callable
 
+from ..application import current
 from ..domain.clock import utcnow
 from . import notify, statements
 from .db import database, dialect, updated_value
@@ -14,16 +15,17 @@ log = logging.getLogger("nrllm_sidecar.store")
 
 # Told of each event of a kind once its transaction commits: (run_id, payload). One listener per kind:
 # "status" tells the plugins of status changes, "outbound" counts the journal's outcomes for /metrics.
+# The application keeps them (Application.event_listeners).
 EventListener = Callable[[str, dict], None]
-_listeners: dict[str, EventListener] = {}
 
 
 def listen(kind: str, listener: EventListener | None) -> None:
     """Install the listener of events of `kind` (bootstrap does); None removes it."""
+    listeners = current().event_listeners
     if listener is None:
-        _listeners.pop(kind, None)
+        listeners.pop(kind, None)
     else:
-        _listeners[kind] = listener
+        listeners[kind] = listener
 
 
 def _tell(listener: EventListener, run_id: str, kind: str, payload: dict) -> None:
@@ -53,7 +55,7 @@ def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
     statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True),
                             notify_channel=notify.run_events_channel())
-    if (listener := _listeners.get(kind)) is not None:
+    if (listener := current().event_listeners.get(kind)) is not None:
         database.after_commit(lambda: _tell(listener, run_id, kind, payload))
 
 

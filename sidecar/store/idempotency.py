@@ -12,7 +12,6 @@ is None (the caller follows the run instead of replaying).
 """
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from datetime import timedelta
 
 from peewee import IntegrityError
 
+from ..application import current
 from ..domain.clock import utcnow
 from ..domain.errors import KeyReused
 from .db import transactional
@@ -83,17 +83,13 @@ def complete(scope: str, key: str, status: int, body: dict) -> None:
     ).execute()
 
 
-_last_purge = 0.0
-_purge_lock = threading.Lock()
-
-
 def _maybe_purge() -> None:
-    """Delete expired records at most once a minute per process, outside the request's transaction."""
-    global _last_purge
-    with _purge_lock:
-        if time.monotonic() - _last_purge < PURGE_EVERY_SECONDS:
+    """Delete expired records at most once a minute per application, outside the request's transaction."""
+    app = current()
+    with app.lock:
+        if time.monotonic() - app.idempotency_purged_at < PURGE_EVERY_SECONDS:
             return
-        _last_purge = time.monotonic()
+        app.idempotency_purged_at = time.monotonic()
     purge_expired()
 
 

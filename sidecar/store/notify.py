@@ -15,6 +15,7 @@ import logging
 import select
 import threading
 
+from ..application import thread
 from .db import Reconnect, database, dialect
 
 log = logging.getLogger("nrllm_sidecar.notify")
@@ -61,7 +62,7 @@ class Listener:
         return self._listening.is_set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread = thread(self._run, name=self.name)
         self._thread.start()
 
     def stop(self) -> None:

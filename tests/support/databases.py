@@ -11,6 +11,7 @@ import uuid
 import pytest
 from peewee import sort_models
 
+from sidecar.application import Application, set_default
 from sidecar.store import db as store_db
 from sidecar.store import migrations
 from sidecar.store.models import BaseModel, SchemaMigration
@@ -124,6 +125,7 @@ def database_url(request, tmp_path, server_databases):
         url = f"sqlite:///{tmp_path / 'sidecar.db'}"
     else:
         url = server_databases(request.param)
+    set_default(Application())  # each test starts from an application of its own: nothing of an earlier one's
     bound = store_db.bind(url)
     migrations.upgrade()
     _empty_tables()
@@ -153,6 +155,7 @@ def fresh_database_url(request, tmp_path):
 @pytest.fixture
 def sqlite_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'sidecar.db'}"
+    set_default(Application())
     store_db.bind(url)
     migrations.upgrade()
     yield url
