@@ -267,7 +267,9 @@ def test_a_real_deadlock_is_retried_whole_and_each_transaction_applies_once(data
     tens.join(60)
     assert not ones.is_alive() and not tens.is_alive()
     assert errors_one + errors_ten == []
-    # One of them was the deadlock's victim and ran again, once; the other ran once.
-    assert sorted(attempts.values()) == [1, 2]
+    # One ran once; the other was the deadlock's victim and ran again. How often it ran again is not the
+    # point (a loaded machine once gave a victim a third attempt); that each attempt's work was undone is.
+    fewest, most = sorted(attempts.values())
+    assert fewest == 1 and most >= 2
     # Each function's work is there exactly once: 1 + 10 on both rows.
     assert [runs.get_run(run_id).bytes_used for run_id in (first, second)] == [11, 11]
