@@ -6,7 +6,7 @@ notification hook. Each call builds a new application, so tests and app factorie
 from nrllm_sidecar_compat.service import declarations, install_store_guard
 
 from . import keys, metrics, plugins
-from .application import Application, set_default
+from .application import Application, current, set_default
 from .config import Settings
 from .domain.errors import SchemaNotCurrent
 from .store import db, events, migrations
@@ -18,10 +18,15 @@ def start(settings: Settings, *, bind_database: bool = True, migrate: bool = Fal
     return it.
 
     bind_database=False: the application works on the database this process bound already (db.bind).
-    plugin_manager: the one to use instead of the installed plugins' (`python -m sidecar.surface`).
+    plugin_manager: the one to use instead of the installed plugins' (`python -m sidecar.surface`). Without
+    one, a manager that code built before any start-up in this thread (`plugins.plugin_manager()`, to
+    register a plugin of its own before handing over to the command line) is kept, with what it registered.
     wait_for_database: a process that lives long (serve, worker) started during a database outage waits
     for the database; a one-shot command fails at once with the error."""
-    app = Application(settings, database=None if bind_database else db.database.obj, plugin_manager=plugin_manager)
+    before = current()
+    if plugin_manager is None and before.settings is None:  # no start-up came before: an embedding program's
+        plugin_manager = before.plugin_manager
+    app = Application(settings, database=None if bind_database else before.database, plugin_manager=plugin_manager)
     app.run(_set_up, app, settings, bind_database=bind_database, migrate=migrate,
             wait_for_database=wait_for_database)
     set_default(app)  # last: an application whose start-up failed is never one a thread falls back to

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from sidecar import application, keys, wakeup
+from sidecar import application, bootstrap, keys, wakeup
 from sidecar.api import event_hub
 from sidecar.app import create_app
 from sidecar.application import Application, current
@@ -131,3 +131,23 @@ def test_waking_one_applications_workers_leaves_the_others_asleep(two):
     second.application.run(wakeup.subscribe, second_woken)
     first.application.run(wakeup.runs_queued)
     assert first_woken.is_set() and not second_woken.is_set()
+
+
+def test_a_plugin_registered_before_start_up_is_kept_and_a_later_start_up_starts_afresh(tmp_path):
+    """An embedding program registers a plugin of its own, then hands over to the command line (which starts
+    the application): the plugin is there. A second start-up builds its plugins afresh."""
+    url = f"sqlite:///{tmp_path / 'embedded.db'}"
+    Application().run(_migrate, url)
+    settings = settings_for(url, tmp_path / "embedded")
+    recorder = StatusRecorder()
+
+    def embed():
+        plugin_manager().register(recorder, name="registered-before-start-up")
+        return bootstrap.start(settings)
+
+    started = Application().run(embed)
+    assert started.plugin_manager.get_plugin("registered-before-start-up") is recorder
+    again = started.run(bootstrap.start, settings)
+    assert again.plugin_manager.get_plugin("registered-before-start-up") is None
+    for application_ in (started, again):
+        application_.run(db.close_all)
