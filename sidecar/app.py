@@ -106,6 +106,8 @@ class _InApplication:
 
 
 class _Answer:
+    """The answer's body, each of its chunks made in the application (a stream reads the store as it goes)."""
+
     def __init__(self, body, application: Application):
         self.body = body
         self.application = application

@@ -26,7 +26,6 @@ from ..domain.backoff import Backoff
 log = logging.getLogger("nrllm_sidecar.database")
 
 
-
 class ApplicationDatabase(DatabaseProxy):
     """The proxy the models are declared against (the scout pattern), pointing at the database of the
     application the calling thread runs in (sidecar/application.py): two applications in one process each
