@@ -103,12 +103,15 @@ class _EndsOutages:
 
 
 class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
-    """Two round trips fewer for most transactions and checkouts: each costs the server's answer and, in this
-    process, a send, a wait and a receive (docs/performance.md, "The delegation cycle").
+    """Fewer round trips: each costs the server's answer and, in this process, a send, a wait and a receive
+    (docs/performance.md, "The delegation cycle").
 
-    BEGIN goes to the server with the transaction's first statement, as one query string, instead of on its
-    own: PostgreSQL takes a transaction's snapshot at its first statement, not at BEGIN, so nothing it reads
-    or locks changes. A transaction that ran no statement sends neither BEGIN nor its COMMIT or ROLLBACK.
+    BEGIN, and the statements a transaction defers (`defer`: the inserts of its events, whose results nobody
+    reads), go to the server with the transaction's next statement or its COMMIT, as one query string, in the
+    order they were made. PostgreSQL runs them in that order, stops at the first that fails (the error is
+    raised by the call that sent them, and the transaction is undone as before), and takes a transaction's
+    snapshot at its first statement, not at BEGIN, so nothing it reads or locks changes. A transaction that
+    ran no statement sends neither BEGIN nor its COMMIT or ROLLBACK; a rollback drops what was deferred.
 
     A connection lent again by the pool is asked `SELECT 1` only when its socket has something to read:
     an idle connection the server closed (a restart, a terminated backend, a timeout) has the server's
@@ -123,31 +126,56 @@ class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
             statement += " TRANSACTION ISOLATION LEVEL " + self._adapter.isolation_level_str(isolation_level)
         if self.is_closed():
             self.connect()
-        self._state.pending_begin = (self._state.conn, statement)
+        self._state.pending = (self._state.conn, [statement.encode()])
 
-    def _take_pending_begin(self) -> str | None:
-        pending = getattr(self._state, "pending_begin", None)
-        if pending is None:
+    def defer(self, sql: str, params=()) -> None:
+        """Inside a transaction: execute `sql` with the transaction's next statement (or its COMMIT)."""
+        if not self.in_transaction():
+            self.execute_sql(sql, params)
+            return
+        if self._pending() is None:
+            self._state.pending = (self._state.conn, [])
+        self._pending().append(self.cursor().mogrify(sql, params or ()))
+
+    def _pending(self) -> list[bytes] | None:
+        pending = getattr(self._state, "pending", None)
+        if pending is None or pending[0] is not self._state.conn:
             return None
-        self._state.pending_begin = None
-        conn, statement = pending
-        return statement if conn is self._state.conn else None
+        return pending[1]
+
+    def _take_pending(self) -> list[bytes] | None:
+        pending = self._pending()
+        self._state.pending = None
+        return pending
+
+    def _execute_pending(self, pending: list[bytes], last: bytes):
+        sql = b"; ".join([*pending, last])
+        self._log_query(sql, None)
+        with __exception_wrapper__:
+            cursor = self.cursor()
+            cursor.execute(sql)  # no parameters: every part is already a literal statement
+        return cursor
 
     def _execute_cursor(self, sql, params, **cursor_options):
-        if (statement := self._take_pending_begin()) is not None:
-            sql = f"{statement}; {sql}"
-        return super()._execute_cursor(sql, params, **cursor_options)
+        pending = self._take_pending()
+        if not pending:
+            return super()._execute_cursor(sql, params, **cursor_options)
+        return self._execute_pending(pending, self.cursor().mogrify(sql, params or ()))
 
     def commit(self):
-        if self._take_pending_begin() is None:
+        pending = self._take_pending()
+        if not pending:
             super().commit()
+        elif len(pending) > 1 or not pending[0].startswith(b"BEGIN"):  # BEGIN alone: nothing ran
+            self._execute_pending(pending, b"COMMIT")
 
     def rollback(self):
-        if self._take_pending_begin() is None:
+        pending = self._take_pending()
+        if not pending or not pending[0].startswith(b"BEGIN"):  # the transaction reached the server
             super().rollback()
 
     def close(self):
-        self._state.pending_begin = None
+        self._state.pending = None
         return super().close()
 
     def _is_closed(self, conn):
