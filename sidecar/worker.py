@@ -1,7 +1,6 @@
 """The worker: claims queued runs and executes their segments on a bounded thread pool.
 
-One loop thread claims (as many runs as there are free slots; a thread whose segment ended claims its next
-run itself), one heartbeat thread renews the leases of
+One loop thread claims (as many runs as there are free slots), one heartbeat thread renews the leases of
 every segment in flight and the worker's own row (also while a stopping worker lets them finish), and the
 reaper runs at least once per lease period.
 The loop wakes at once for runs queued in this process and polls the queue otherwise.
@@ -207,56 +206,17 @@ class Worker:
             self._active[claim.run_id] = segment
         self._pool.submit(self._execute, segment)
 
-    def _execute(self, segment: Segment | None) -> None:
-        # A thread whose segment ended claims the next queued run itself and executes it: handing the slot
-        # back to the loop cost two thread wake-ups per segment (the loop's, then a pool thread's), a good
-        # part of a worker's CPU between segments (docs/performance.md, "The delegation cycle").
-        while segment is not None:
-            segment = self._execute_one(segment)
-
-    def _execute_one(self, segment: Segment) -> Segment | None:
-        """Execute `segment`; returns the next one this thread claimed (None: it claimed none)."""
-        following, ended = None, False
+    def _execute(self, segment: Segment) -> None:
         with logs.context(run_id=segment.run_id):
             try:
                 outcome = self._outcome_of(segment)
-                ended = True
             finally:
-                db.release_connection(pooled_only=True)  # the pool checks it before this thread's next segment
-                # Claimed while the ended segment still holds its slot: the loop never sees a slot free that
-                # this thread is about to fill.
-                if ended:
-                    following = self._claim_following()
                 with self._active_lock:
                     self._active.pop(segment.run_id, None)
-                    if following is not None:
-                        self._active[following.run_id] = following
-                if following is None:
-                    self._wake.set()
+                self._wake.set()
+                db.release_connection(pooled_only=True)  # the pool checks it before this thread's next segment
             metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
             log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
-        return following
-
-    def _claim_following(self) -> Segment | None:
-        """One queued run claimed for this thread, unless the worker is stopping; None when there is none or the
-        claim failed (the loop, woken, claims and handles a database that is away as it always does)."""
-        if self._stopping.is_set():
-            return None
-        try:
-            claims = leases.claim_queued(self.id, 1, self.lease)
-            metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
-            if not claims:
-                return None
-            (claim,) = claims
-            metrics.CLAIMS.inc()
-            run = claims.rows.get(claim.run_id)
-            if run is None:  # the claim did not return its row (MariaDB)
-                run = runs.get_run(claim.run_id)
-            return Segment(claim, run)
-        except Exception:  # noqa: BLE001 - as a failed read after the loop's claim: the lease runs out, the reaper
-            log.debug("claiming after a segment failed; the loop claims instead", exc_info=True)
-            db.release_connection(pooled_only=True)
-            return None
 
     def _outcome_of(self, segment: Segment) -> SegmentOutcome:
         return execute_segment(self.executor, segment)
