@@ -103,10 +103,12 @@ def update_where(model, where: dict, values: dict) -> int:
 
 
 def update_returning_row(model, where: dict, values: dict):
-    """update_where() of at most one row, returning that row as written (a model instance), or None when no row
-    matched. One statement where UPDATE ... RETURNING exists; the update and a read of the row elsewhere."""
+    """update_where() of at most one row, `where` naming its primary key: returns that row as written (a model
+    instance), or None when no row matched. One statement where UPDATE ... RETURNING exists; the update and a
+    read of the row by its key elsewhere."""
     if not supports_returning():
-        return select_one(model, **where) if update_where(model, where, values) == 1 else None
+        key = model._meta.primary_key.column_name
+        return select_one(model, **{key: where[key]}) if update_where(model, where, values) == 1 else None
     fields = model._meta.columns
     param = database.param
     conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
