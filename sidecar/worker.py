@@ -164,7 +164,7 @@ class Worker:
                 database.after_success()
                 metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
                 for claim in claims:
-                    self._submit(claim)
+                    self._submit(claim, claims.rows.get(claim.run_id))
                 if claims and len(claims) == free:
                     continue  # there may be more; a finishing segment sets _wake
             except Exception as exc:
@@ -204,9 +204,10 @@ class Worker:
 
     # -- segments --------------------------------------------------------------------------------
 
-    def _submit(self, claim: leases.Claim) -> None:
+    def _submit(self, claim: leases.Claim, run=None) -> None:
         metrics.CLAIMS.inc()
-        run = runs.get_run(claim.run_id)
+        if run is None:  # the claim did not return its row (MariaDB)
+            run = runs.get_run(claim.run_id)
         segment = Segment(claim, run)
         with self._active_lock:
             self._active[claim.run_id] = segment

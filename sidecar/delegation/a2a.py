@@ -24,9 +24,19 @@ from urllib.parse import urljoin
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3 import exceptions as urllib3_exceptions
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import NewConnectionError, ProtocolError
+from urllib3.exceptions import (
+    ClosedPoolError,
+    ConnectTimeoutError,
+    DecodeError,
+    MaxRetryError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
+from urllib3.util import Timeout
 
 from sidecar.application import current
 from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url
@@ -195,25 +205,80 @@ def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, 
     try:
         check_url(url, allow)
         session = _session(url, allow, keep_alive=keep_alive)
-        with session.request(method, url, data=body, headers=headers, timeout=(timeout, timeout),
-                             allow_redirects=False, stream=True) as response:
+        response = _open(session, method, url, body=body, headers=headers, timeout=timeout)
+        consumed = False
+        try:
             deadline = time.monotonic() + timeout
             if int(response.headers.get("Content-Length") or 0) > max_bytes:
                 raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
             data = bytearray()
-            for chunk in response.iter_content(64 * 1024):
+            for chunk in _chunks(response):
                 data += chunk
                 if len(data) > max_bytes:
                     raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
                 if time.monotonic() > deadline:
                     raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
-            return _Answer(response.status_code, bytes(data))
+            consumed = True
+            return _Answer(response.status, bytes(data))
+        finally:
+            if not consumed:
+                response.close()  # its connection is not handed back for another call
+            response.release_conn()
     except (requests.RequestException, OSError, ValueError) as exc:
         # A connection error (not a timeout) on a connection this call did not open: the peer had closed it.
         stale = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
         raise _Failed(_describe(exc, timeout), sent=call.sent, on_kept_alive=stale and not call.connected) from None
     finally:
         _CALL.reset(token)
+
+
+# What requests' session sends with every request; the call's own headers win.
+_DEFAULT_HEADERS = dict(requests.utils.default_headers())
+
+
+def _open(session: requests.Session, method: str, url: str, *, body: bytes | None, headers: dict, timeout: float):
+    """The exchange's answer as urllib3 gives it, not yet read: what session.request(..., stream=True) does
+    through the session's own adapter and guarded pool, without the session's layers (merging settings,
+    hooks, cookies, preparing the request anew), which cost as much CPU as the call itself. Failures are
+    raised as requests raises them, so they are told apart as before."""
+    adapter = session.get_adapter(url)
+    target = requests.PreparedRequest()
+    target.method, target.url = method, url
+    pool = adapter.get_connection_with_tls_context(target, verify=True)
+    try:
+        return pool.urlopen(
+            method=method, url=target.path_url, body=body, headers={**_DEFAULT_HEADERS, **headers}, redirect=False,
+            assert_same_host=False, preload_content=False, decode_content=False, retries=adapter.max_retries,
+            timeout=Timeout(connect=timeout, read=timeout), chunked=False,
+        )
+    except (ProtocolError, OSError) as exc:
+        raise requests.ConnectionError(exc) from exc
+    except MaxRetryError as exc:
+        if isinstance(exc.reason, ConnectTimeoutError) and not isinstance(exc.reason, NewConnectionError):
+            raise requests.ConnectTimeout(exc) from exc
+        if isinstance(exc.reason, urllib3_exceptions.SSLError):
+            raise requests.exceptions.SSLError(exc) from exc
+        raise requests.ConnectionError(exc) from exc
+    except ClosedPoolError as exc:
+        raise requests.ConnectionError(exc) from exc
+    except urllib3_exceptions.SSLError as exc:
+        raise requests.exceptions.SSLError(exc) from exc
+    except ReadTimeoutError as exc:
+        raise requests.ReadTimeout(exc) from exc
+
+
+def _chunks(response):
+    """The answer's body in pieces, decoded, with read failures raised as requests' iter_content raises them."""
+    try:
+        yield from response.stream(64 * 1024, decode_content=True)
+    except ProtocolError as exc:
+        raise requests.exceptions.ChunkedEncodingError(exc) from exc
+    except DecodeError as exc:
+        raise requests.exceptions.ContentDecodingError(exc) from exc
+    except ReadTimeoutError as exc:
+        raise requests.ConnectionError(exc) from exc
+    except urllib3_exceptions.SSLError as exc:
+        raise requests.exceptions.SSLError(exc) from exc
 
 
 def _describe(exc: Exception, timeout: float) -> str:

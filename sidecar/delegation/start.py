@@ -52,6 +52,7 @@ class Started:
     result: str | None = None
     suspended: bool = False
     settle: outbound.Settlement | None = None
+    cancel_marked: bool = True  # suspended: whether the suspension found a cancel mark on the run
 
 
 def error(text: str) -> Started:
@@ -90,6 +91,7 @@ def _start(call: DelegationCall, settings) -> Started:
             outbound.record_send, owner=run.owner, remote_agent=agent.name,
             message_id=message_id_for(run.id, call.tool_call_id), tool_call_id=call.tool_call_id,
             context_id=context_id, body=journalled(body, push), push_token=push.token if push else None,
+            origin=run.origin,
         )
     except StatusNotWritable as exc:
         return error(f"delegation is not offered to this run: {exc.reason}")
@@ -198,7 +200,7 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         push_token_sha256=row.push_token_sha256,
     )
     try:
-        call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)
+        suspended = call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)
     except StatusNotWritable as exc:
         # The gate closed after the send was journalled (a host reported an older consumer meanwhile): the
         # run may not wait, so the call is given up, its remote task cancelled, and the send still counted.
@@ -207,4 +209,4 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         return Started(result=f"error: delegation is not offered to this run: {exc.reason}",
                        settle=outbound.Settlement(counts={"delegations_used": 1, "bytes_used": traffic}))
     log.info("run %s waits on %s (%s)", run.id, agent.name, row.outcome)
-    return Started(suspended=True)
+    return Started(suspended=True, cancel_marked=suspended.cancel_marked)

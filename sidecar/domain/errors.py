@@ -199,9 +199,12 @@ class Suspended(ControlSignal):
     """The segment suspended (the suspension is committed): it ends here with `outcome` (a dependency
     wait, or a pause for a person's input or approval)."""
 
-    def __init__(self, outcome: SegmentOutcome = SegmentOutcome.AWAITING_DEPENDENCY):
+    def __init__(self, outcome: SegmentOutcome = SegmentOutcome.AWAITING_DEPENDENCY, *, cancel_marked: bool = True):
         super().__init__(outcome.value)
         self.outcome = outcome
+        # False when the suspension's own write found no cancel mark on the run: a cancel after it finds the
+        # run waiting and ends it itself, so there is nothing to look for after the commit.
+        self.cancel_marked = cancel_marked
 
 
 class Interrupted(ControlSignal):

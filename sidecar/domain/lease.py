@@ -65,3 +65,6 @@ class ClaimBatch(list):
     def __init__(self, taken=(), conflicts: int = 0):
         super().__init__(taken)
         self.conflicts = conflicts
+        # The claimed rows as the claim wrote them, by id, where the claim's statement returned them (the
+        # worker then has no need to read each run again).
+        self.rows: dict = {}

@@ -97,7 +97,7 @@ class _RunSegment:
         except Suspended as suspended:
             # A cancel that came while a remote agent's wait was committed (the send is journalled and
             # recorded, so that transaction stands): the now waiting run is cancelled, with its CancelTask.
-            if runs.cancel_requested_meanwhile(self.segment.run_id):
+            if suspended.cancel_marked and runs.cancel_requested_meanwhile(self.segment.run_id):
                 return SegmentOutcome.CANCELLED
             return suspended.outcome
         except ProviderError as exc:
@@ -205,7 +205,7 @@ class _RunSegment:
         elif tool.delegation:
             started = tool.delegate(self._delegation_call(call))
             if started.suspended:
-                raise Suspended()
+                raise Suspended(cancel_marked=started.cancel_marked)
             result, settle = started.result, started.settle
         else:
             if effect is ToolEffect.NON_IDEMPOTENT_WRITE:

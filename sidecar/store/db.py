@@ -4,6 +4,7 @@ import functools
 import logging
 import os
 import random
+import select
 import sqlite3
 import threading
 import time
@@ -22,6 +23,11 @@ from playhouse.pool import PooledDatabase, PooledMySQLDatabase, PooledPostgresql
 
 from ..application import current
 from ..domain.backoff import Backoff
+
+try:
+    from psycopg2.extensions import TRANSACTION_STATUS_IDLE
+except ImportError:  # PostgreSQL's driver is optional
+    TRANSACTION_STATUS_IDLE = 0
 
 log = logging.getLogger("nrllm_sidecar.database")
 
@@ -118,7 +124,93 @@ class _EndsOutages:
 
 
 class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
-    pass
+    """Fewer round trips: each costs the server's answer and, in this process, a send, a wait and a receive
+    (docs/performance.md, "The delegation cycle").
+
+    BEGIN, and the statements a transaction defers (`defer`: the inserts of its events, whose results nobody
+    reads), go to the server with the transaction's next statement or its COMMIT, as one query string, in the
+    order they were made. PostgreSQL runs them in that order, stops at the first that fails (the error is
+    raised by the call that sent them, and the transaction is undone as before), and takes a transaction's
+    snapshot at its first statement, not at BEGIN, so nothing it reads or locks changes. A transaction that
+    ran no statement sends neither BEGIN nor its COMMIT or ROLLBACK; a rollback drops what was deferred.
+
+    A connection lent again by the pool is asked `SELECT 1` only when its socket has something to read:
+    an idle connection the server closed (a restart, a terminated backend, a timeout) has the server's
+    goodbye or the end of the stream waiting there; an idle one with nothing to read is the server's as it
+    was. A statement on a connection that dies after the check fails as it always could."""
+
+    def begin(self, isolation_level=None):
+        if isolation_level is None:
+            isolation_level = self._isolation_level
+        statement = "BEGIN"
+        if isolation_level:
+            statement += " TRANSACTION ISOLATION LEVEL " + self._adapter.isolation_level_str(isolation_level)
+        if self.is_closed():
+            self.connect()
+        self._state.pending = (self._state.conn, [statement.encode()])
+
+    def defer(self, sql: str, params=()) -> None:
+        """Inside a transaction: execute `sql` with the transaction's next statement (or its COMMIT)."""
+        if not self.in_transaction():
+            self.execute_sql(sql, params)
+            return
+        if self._pending() is None:
+            self._state.pending = (self._state.conn, [])
+        self._pending().append(self.cursor().mogrify(sql, params or ()))
+
+    def _pending(self) -> list[bytes] | None:
+        pending = getattr(self._state, "pending", None)
+        if pending is None or pending[0] is not self._state.conn:
+            return None
+        return pending[1]
+
+    def _take_pending(self) -> list[bytes] | None:
+        pending = self._pending()
+        self._state.pending = None
+        return pending
+
+    def _execute_pending(self, pending: list[bytes], last: bytes):
+        sql = b"; ".join([*pending, last])
+        self._log_query(sql, None)
+        with __exception_wrapper__:
+            cursor = self.cursor()
+            cursor.execute(sql)  # no parameters: every part is already a literal statement
+        return cursor
+
+    def _execute_cursor(self, sql, params, **cursor_options):
+        pending = self._take_pending()
+        if not pending:
+            return super()._execute_cursor(sql, params, **cursor_options)
+        return self._execute_pending(pending, self.cursor().mogrify(sql, params or ()))
+
+    def commit(self):
+        pending = self._take_pending()
+        if not pending:
+            super().commit()
+        elif len(pending) > 1 or not pending[0].startswith(b"BEGIN"):  # BEGIN alone: nothing ran
+            self._execute_pending(pending, b"COMMIT")
+
+    def rollback(self):
+        pending = self._take_pending()
+        if not pending or not pending[0].startswith(b"BEGIN"):  # the transaction reached the server
+            super().rollback()
+
+    def close(self):
+        self._state.pending = None
+        return super().close()
+
+    def _is_closed(self, conn):
+        if conn.closed:
+            return True
+        if conn.get_transaction_status() == TRANSACTION_STATUS_IDLE and not _readable(conn.fileno()):
+            return False
+        return super()._is_closed(conn)
+
+
+def _readable(fd: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 class SidecarMySQLDatabase(_EndsOutages, PooledMySQLDatabase):

@@ -14,7 +14,7 @@ from ..domain.errors import LeaseLost
 from ..domain.lease import ClaimBatch, LeasePolicy, hand_back_verdict, reap_verdict
 from ..domain.vocabulary import RunStatus
 from . import events, statements, status_guard
-from .db import transactional
+from .db import supports_returning, transactional
 from .models import Run
 
 RUNNING = RunStatus.RUNNING.value
@@ -37,6 +37,9 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
         return ClaimBatch()
     now = utcnow()
     claims = ClaimBatch()
+    # Where UPDATE ... RETURNING exists the claim returns the whole row, as written: the segment's run,
+    # without a read of its own after the commit.
+    whole_row = statements.RUN_COLUMNS if supports_returning() else ("lease_epoch", "last_event_sequence")
     for run_id in statements.queued_run_ids(limit):
         claimed = statements.update_run(
             run_id,
@@ -46,12 +49,17 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
                 "queued_at": None, "updated_at": now,
             },
             add={"lease_epoch": 1, "last_event_sequence": 1},
-            returning=("lease_epoch", "last_event_sequence"),
+            returning=whole_row,
         )
         if claimed is None:
             claims.conflicts += 1
             continue
-        epoch, sequence = claimed
+        if len(claimed) > 2:
+            run = statements.run_from_row(whole_row, claimed)
+            epoch, sequence = run.lease_epoch, run.last_event_sequence
+            claims.rows[run_id] = run
+        else:
+            epoch, sequence = claimed
         events.record(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})
         claims.append(Claim(run_id, epoch, holder))
     return claims

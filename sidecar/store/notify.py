@@ -29,7 +29,7 @@ MIN_RECONNECT_SECONDS = 0.1
 def notify() -> None:
     """Inside a write transaction: wake every listening coordinator once it commits (PostgreSQL only)."""
     if dialect() == "postgresql":
-        database.execute_sql(f"NOTIFY {CHANNEL}")
+        database.defer(f"NOTIFY {CHANNEL}")  # sent with the transaction's next statement or its COMMIT
 
 
 def run_events_channel() -> str | None:

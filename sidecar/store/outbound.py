@@ -47,10 +47,13 @@ def _event(claim: Claim, row: Outbound, note: str) -> None:
     fenced_update_with_event(claim, "outbound", outbound_payload(row, note))
 
 
+UNREAD = object()  # record_send's origin when the caller did not read it
+
+
 @transactional
 def record_send(
     claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str, context_id: str,
-    body: str, push_token: str | None = None, resend_count: int = 0,
+    body: str, push_token: str | None = None, resend_count: int = 0, origin=UNREAD,
 ) -> tuple[Outbound, bool]:
     """Commit a `send` row before the request leaves; returns (row, is_new).
 
@@ -60,12 +63,16 @@ def record_send(
     may wait on it. A row that exists already (a retry) is returned (is_new False) after its own checks,
     whatever the gate says now: it may have left, so it must be settled (start.py gives it up and cancels
     its task when the gate has closed since).
+
+    `origin`, the run's origin (None: none) when the caller has read the run already (a run's origin never
+    changes); read here otherwise.
     """
     _refuse_secret(body, push_token)
     digest = sha256(body)
     existing = by_message_id(message_id)
     if existing is None:
-        origin = statements.select_value(Run, "origin", id=claim.run_id)
+        if origin is UNREAD:
+            origin = statements.select_value(Run, "origin", id=claim.run_id)
         status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
         values = dict(
             id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id,
@@ -136,9 +143,11 @@ class Settlement:
 @transactional
 def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_id=None, error=None) -> Outbound:
     """Record what became of a send, only while it is still pending (a later writer never overwrites)."""
-    statements.update_where(Outbound, {"id": outbound_id, "outcome": PENDING},
-                            {"outcome": outcome, "remote_task_id": remote_task_id, "error": error, "sent_at": utcnow()})
-    row = get(outbound_id)
+    row = statements.update_returning_row(
+        Outbound, {"id": outbound_id, "outcome": PENDING},
+        {"outcome": outcome, "remote_task_id": remote_task_id, "error": error, "sent_at": utcnow()})
+    if row is None:  # no longer pending: the row as it is
+        row = get(outbound_id)
     if row is None:
         raise Outbound.DoesNotExist(f"outbound {outbound_id} does not exist")  # as get_by_id raised
     _event(claim, row, "sent")

@@ -14,6 +14,7 @@ from .db import database, dialect, supports_returning
 from .models import Run, RunEvent
 
 _RUN_FIELDS = Run._meta.columns  # column name -> field
+RUN_COLUMNS = tuple(_RUN_FIELDS)  # every column of a run
 _EVENT_COLUMNS = ("run_id", "sequence", "kind", "at", "payload")
 
 
@@ -51,15 +52,14 @@ def select_one(model, **equal):
                   for column, value in equal.items()]
     params = [fields[column].db_value(value) for column, value in equal.items() if value is not None]
     sql = f"SELECT * FROM {_name(model._meta.table_name)} WHERE {' AND '.join(conditions)}"
-    cursor = database.execute_sql(sql, params)
-    rows = cursor.fetchall()  # all of it: on SQLite an unfinished read would keep its snapshot open
-    if not rows:
-        return None
-    # As peewee's own reading of a row makes it (each value through its field), without its cursor wrapper,
-    # which cost as much again as the query for the 34 columns of a run.
-    instance = model(__no_default__=1)
-    for (column, *_), value in zip(cursor.description, rows[0], strict=True):
-        field = fields[column]
+    return _instance(model, database.execute_sql(sql, params))
+
+
+def run_from_row(columns: tuple[str, ...], row: tuple):
+    """A run (model instance) from `columns` and their values as the database returned them."""
+    instance = Run(__no_default__=1)
+    for column, value in zip(columns, row, strict=True):
+        field = _RUN_FIELDS[column]
         instance.__data__[field.name] = field.python_value(value)
     return instance
 
@@ -100,6 +100,40 @@ def update_where(model, where: dict, values: dict) -> int:
     params = [fields[column].db_value(value) for column, value in values.items()]
     params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
     return database.execute_sql(sql, params).rowcount
+
+
+def update_returning_row(model, where: dict, values: dict):
+    """update_where() of at most one row, `where` naming its primary key: returns that row as written (a model
+    instance), or None when no row matched. One statement where UPDATE ... RETURNING exists; the update and a
+    read of the row by its key elsewhere."""
+    if not supports_returning():
+        key = model._meta.primary_key.column_name
+        return select_one(model, **{key: where[key]}) if update_where(model, where, values) == 1 else None
+    fields = model._meta.columns
+    param = database.param
+    conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
+                  for column, value in where.items()]
+    sql = (f"UPDATE {_name(model._meta.table_name)} SET {', '.join(f'{_name(column)} = {param}' for column in values)}"
+           f" WHERE {' AND '.join(conditions)} RETURNING *")
+    params = [fields[column].db_value(value) for column, value in values.items()]
+    params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
+    cursor = database.execute_sql(sql, params)
+    return _instance(model, cursor)
+
+
+def _instance(model, cursor):
+    """The first row of `cursor` (all of it read) as an instance of `model`, or None."""
+    rows = cursor.fetchall()  # all of it: on SQLite an unfinished read would keep its snapshot open
+    if not rows:
+        return None
+    # As peewee's own reading of a row makes it (each value through its field), without its cursor wrapper,
+    # which cost as much again as the query for the 34 columns of a run.
+    fields = model._meta.columns
+    instance = model(__no_default__=1)
+    for (column, *_), value in zip(cursor.description, rows[0], strict=True):
+        field = fields[column]
+        instance.__data__[field.name] = field.python_value(value)
+    return instance
 
 
 def insert_values(model, values: dict) -> None:
@@ -165,7 +199,8 @@ def update_run(
 def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *, notify_channel: str | None = None
                  ) -> None:
     """INSERT the event; with `notify_channel` (PostgreSQL) the same round trip also queues the notification
-    of the run's id on that channel (sent at commit)."""
+    of the run's id on that channel (sent at commit). On PostgreSQL inside a transaction the insert is
+    deferred to the transaction's next statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase)."""
     fields = RunEvent._meta.columns
     values = (run_id, sequence, kind, fields["at"].db_value(at), payload_json)
     columns = ", ".join(_name(column) for column in _EVENT_COLUMNS)
@@ -173,4 +208,8 @@ def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *
     if notify_channel is not None:
         sql += f"; SELECT pg_notify({database.param}, {database.param})"
         values = (*values, notify_channel, run_id)
-    database.execute_sql(sql, values)
+    if dialect() == "postgresql":
+        # Nothing reads the insert's result: it goes to the server with the transaction's next statement.
+        database.defer(sql, values)
+    else:
+        database.execute_sql(sql, values)

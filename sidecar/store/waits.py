@@ -12,6 +12,7 @@ import hmac
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from .. import wakeup
 from ..domain import push_tokens
@@ -46,9 +47,17 @@ def earliest(delegation_deadline: datetime, run_deadline: datetime | None) -> da
     return min(delegation_deadline, run_deadline) if run_deadline is not None else delegation_deadline
 
 
+class SuspendedOn(NamedTuple):
+    pause_id: str
+    # Whether the run carried a cancel mark when its suspension wrote it (the same UPDATE returns it): a cancel
+    # that marked the running run before then is finished after the commit (runs.cancel_requested_meanwhile);
+    # one that comes after finds the run waiting and ends it itself.
+    cancel_marked: bool
+
+
 @transactional
-def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -> str:
-    """Store the wait and suspend the run on it; returns the pause id. Raises LeaseLost or StatusNotWritable.
+def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -> SuspendedOn:
+    """Store the wait and suspend the run on it. Raises LeaseLost or StatusNotWritable.
 
     One fenced UPDATE of the run (the lease released, the pause generation, the budget, both events'
     sequences) that returns what the wait needs; then the wait's INSERT and the `pause` and `status` events.
@@ -64,11 +73,11 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
                 "updated_at": now},
         add={"pause_generation": 1, "delegations_used": delegations, "bytes_used": bytes_used,
              "last_event_sequence": 2},
-        returning=("pause_generation", "last_event_sequence", "deadline_at", "origin"),
+        returning=("pause_generation", "last_event_sequence", "deadline_at", "origin", "cancel_requested_at"),
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
-    generation, sequence, run_deadline, origin = written
+    generation, sequence, run_deadline, origin, cancel_requested_at = written
     status_guard.check(WAITING, origin)
     due = earliest(s.deadline_at, Run.deadline_at.python_value(run_deadline))
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
@@ -88,7 +97,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -
     })
     events.record(claim.run_id, sequence, "status", {"from": leases.RUNNING, "to": WAITING})
     notify.notify()  # a coordinator sleeping until the next due time must learn of this one
-    return wait_id
+    return SuspendedOn(wait_id, cancel_requested_at is not None)
 
 
 def current_wait(run_id: str) -> DependencyWait | None:
