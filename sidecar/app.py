@@ -25,7 +25,7 @@ from .api.errors import SidecarApi
 from .config import Settings
 from .engine.registry import build_registry
 from .plugins import plugin_context, plugin_manager
-from .store import db
+from .store import db, doorbell
 
 SECURITY_SCHEME = "bearerToken"
 
@@ -33,6 +33,9 @@ SECURITY_SCHEME = "bearerToken"
 def create_app(settings: Settings | None = None, *, bind_database: bool = True) -> Flask:
     settings = settings or Settings.from_env()
     bootstrap.start(settings, bind_database=bind_database)
+    # The API queues runs and brings polls forward for workers in other processes: ring them at once
+    # instead of leaving it to their next poll (store/doorbell.py).
+    doorbell.ring_other_processes()
     app = Flask("nrllm_sidecar")
     app.config.update(
         NRLLM_SETTINGS=settings,
