@@ -432,6 +432,24 @@ def notification_task_id(notification) -> str | None:
     return None
 
 
+def notification_state(notification) -> str | None:
+    """The task state a push notification reports (normalised), or None when it reports none: an artifact
+    update or a message, or a body whose state cannot be read."""
+    if not isinstance(notification, dict):
+        return None
+    inner = notification.get("task") or notification.get("statusUpdate")
+    if not isinstance(inner, dict):
+        if notification.get("kind") in ("task", "status-update") or "status" in notification:
+            inner = notification  # a 0.3 Task, or a 0.3 status update, posted as it is
+        else:
+            return None
+    status = inner.get("status")
+    if not isinstance(status, dict):
+        return None
+    state = normalise_state(status.get("state"))
+    return None if state == "unknown" else state
+
+
 # --- the client --------------------------------------------------------------------------------------
 
 
