@@ -94,21 +94,24 @@ def receive(delegation: Delegation, notification) -> bool:
     # Before the send's answer is recorded there is no task id to compare with yet.
     if row.remote_task_id is not None and not unknown and task_id != row.remote_task_id:
         raise NotThisDelegation(f"task {task_id} does not belong to this delegation")
-    outbound.count_push(row.id)
     if not unknown and not worth_a_look(notification_state(notification)):
         # The task is still submitted or working: a poll now would find just that. Its answer comes with
         # a later push (or the wait's own polls), so this one moves nothing (docs/delegation.md, "Pushes").
+        outbound.count_push(row.id)
         log.debug("run %s: push for task %s, still working: nothing to look at", row.run_id, task_id)
         return False
     if wait is None:
-        outbound.note_early_push(row.id)
+        outbound.count_push(row.id, early=True)
         # The suspension may have committed since the token was looked up: then it did not see the note.
         wait = waits.open_wait_on(row.run_id, row.id)
         if wait is None:
             log.info("run %s: push for task %s before the suspension; noted", row.run_id, task_id)
             return True
-    if wait.resolved_at is not None:
+        moved = waits.poll_now(wait.id)
+    elif wait.resolved_at is not None:
+        outbound.count_push(row.id)
         return False  # a late push (the answer was polled already): nothing to do, and nothing is wrong
-    moved = waits.poll_now(wait.id)
+    else:
+        moved = waits.pushed(wait.id, row.id)  # counted, and the poll brought forward, in one transaction
     log.info("run %s: push for task %s%s", wait.run_id, task_id, " (outcome unknown: reconciling)" if unknown else "")
     return moved
