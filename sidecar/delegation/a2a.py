@@ -425,10 +425,11 @@ def notification_task_id(notification) -> str | None:
         inner = notification.get(key)
         if isinstance(inner, dict) and isinstance(inner.get(field), str):
             return inner[field]
-    if notification.get("kind") == "task" or "status" in notification:
-        return notification.get("id") if isinstance(notification.get("id"), str) else None
+    # A 0.3 status update has a `status` too: its kind first, or its own id (none) would be taken for the task's.
     if notification.get("kind") in ("status-update", "artifact-update"):
         return notification.get("taskId") if isinstance(notification.get("taskId"), str) else None
+    if notification.get("kind") == "task" or "status" in notification:
+        return notification.get("id") if isinstance(notification.get("id"), str) else None
     return None
 
 
