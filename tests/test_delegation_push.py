@@ -135,8 +135,9 @@ def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, p
         assert run_row(run_id).output == "Remote said: answer from afar"
         if database_url.startswith("sqlite"):
             # Nothing rings a doorbell for a suspension (that is the worker's own) nor for the pushes saying the
-            # task started: the one poll is the one the completion's push rang for.
-            assert peer.calls["GetTask"] == 1
+            # task started: the polls are the one the completion's push rang for, and the first poll a second
+            # after the suspension only if the coordinator's first look came after the suspension.
+            assert 1 <= peer.calls["GetTask"] <= 2
     finally:
         stop_process(worker)
 
