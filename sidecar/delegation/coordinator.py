@@ -158,10 +158,13 @@ class Coordinator:
                     # claimed with it came due at their scheduled times.
                     claimed.sort(key=lambda item: item[0].next_poll_at, reverse=True)
                     pending.extendleft(reversed(claimed))
+            looked_at = time.monotonic()
             while True:
                 while pending and len(in_flight) < self.concurrency:
                     in_flight.add(self._pool.submit(poll, *pending.popleft()))
-                if not in_flight or self._wake.is_set():
+                # Looks within a tick are MIN_PAUSE_SECONDS apart, as ticks are: on PostgreSQL every
+                # suspension notifies, and a stream of notifications must cost one look per period at most.
+                if not in_flight or (self._wake.is_set() and time.monotonic() - looked_at >= MIN_PAUSE_SECONDS):
                     break
                 done, in_flight = futures_wait(in_flight, timeout=MIN_PAUSE_SECONDS, return_when=FIRST_COMPLETED)
                 for finished in done:
