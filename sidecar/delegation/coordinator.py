@@ -42,6 +42,8 @@ log = logging.getLogger("nrllm_sidecar.coordinator")
 TICK_SECONDS = 0.25
 # Between two ticks, however soon a wait is due.
 MIN_PAUSE_SECONDS = 0.02
+# A tick busy polling looks again for what a wake-up made due (a push) at most this often.
+LOOK_WITHIN_TICK_SECONDS = 0.05
 # With LISTEN/NOTIFY: the longest sleep when nothing is due sooner (a notification lost while the
 # listening connection was down is made up for by then).
 IDLE_SECONDS = 10.0
@@ -162,9 +164,10 @@ class Coordinator:
             while True:
                 while pending and len(in_flight) < self.concurrency:
                     in_flight.add(self._pool.submit(poll, *pending.popleft()))
-                # Looks within a tick are MIN_PAUSE_SECONDS apart, as ticks are: on PostgreSQL every
-                # suspension notifies, and a stream of notifications must cost one look per period at most.
-                if not in_flight or (self._wake.is_set() and time.monotonic() - looked_at >= MIN_PAUSE_SECONDS):
+                # A look within a tick only once it has lasted LOOK_WITHIN_TICK_SECONDS since the last: a
+                # short tick ends first, and its wake-ups are looked at after it, together, as they always
+                # were (on PostgreSQL every suspension notifies; a look and a claim for each cost CPU).
+                if not in_flight or (self._wake.is_set() and time.monotonic() - looked_at >= LOOK_WITHIN_TICK_SECONDS):
                     break
                 done, in_flight = futures_wait(in_flight, timeout=MIN_PAUSE_SECONDS, return_when=FIRST_COMPLETED)
                 for finished in done:
