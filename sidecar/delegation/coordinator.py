@@ -21,9 +21,7 @@ import logging
 import random
 import threading
 import time
-from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
-from concurrent.futures import wait as futures_wait
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from .. import logs, metrics, wakeup
@@ -42,8 +40,6 @@ log = logging.getLogger("nrllm_sidecar.coordinator")
 TICK_SECONDS = 0.25
 # Between two ticks, however soon a wait is due.
 MIN_PAUSE_SECONDS = 0.02
-# A tick busy polling looks again for what a wake-up made due (a push) at most this often.
-LOOK_WITHIN_TICK_SECONDS = 0.05
 # With LISTEN/NOTIFY: the longest sleep when nothing is due sooner (a notification lost while the
 # listening connection was down is made up for by then).
 IDLE_SECONDS = 10.0
@@ -61,7 +57,6 @@ class Coordinator:
         self.settings = settings
         self.batch = batch
         self.tick_seconds = tick_seconds
-        self.concurrency = concurrency
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coordinator")
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -135,62 +130,21 @@ class Coordinator:
         return min(IDLE_SECONDS, until) if listening else min(period, until)
 
     def tick(self) -> int:
-        """Claim what is due and poll it; returns how many waits were polled. While the polls are under way, a
-        wake-up (a push, a notification, a doorbell) claims what became due meanwhile, and its polls go before
-        the rest, the most recently due first: a tick busy with many polls (the first polls of a burst of delegations)
-        made a pushed wait wait for all of them (bench/bench_push.py). The tick ends when every poll it
-        claimed has ended."""
-        # Each task hands its pooled connection back: the pool checks it before lending it again (after a
-        # database restart, the pool's threads would otherwise keep connections the server has closed).
-        poll = db.releasing_connection(self.poll)
-        pending: deque = deque()  # claimed, not yet handed to a thread: at most `concurrency` are
-        in_flight: set = set()
-        polled, limit, first = 0, self.batch, True
-        while True:
-            if limit > 0:
-                due = waits.claim_due(limit)
-                metrics.CLAIM_CONFLICTS.inc(due.conflicts)
-                polled += len(due)
-                claimed = self._polls_of(due)
-                if first:
-                    pending.extend(claimed)
-                else:
-                    # What a wake-up made due goes before the polls still waiting for a thread, the most
-                    # recently due first: a push made its wait due just now, where the routine polls
-                    # claimed with it came due at their scheduled times.
-                    claimed.sort(key=lambda item: item[0].next_poll_at, reverse=True)
-                    pending.extendleft(reversed(claimed))
-            looked_at = time.monotonic()
-            while True:
-                while pending and len(in_flight) < self.concurrency:
-                    in_flight.add(self._pool.submit(poll, *pending.popleft()))
-                # A look within a tick only once it has lasted LOOK_WITHIN_TICK_SECONDS since the last: a
-                # short tick ends first, and its wake-ups are looked at after it, together, as they always
-                # were (on PostgreSQL every suspension notifies; a look and a claim for each cost CPU).
-                if not in_flight or (self._wake.is_set() and time.monotonic() - looked_at >= LOOK_WITHIN_TICK_SECONDS):
-                    break
-                done, in_flight = futures_wait(in_flight, timeout=MIN_PAUSE_SECONDS, return_when=FIRST_COMPLETED)
-                for finished in done:
-                    finished.result()
-            if not in_flight:
-                return polled
-            # Woken meanwhile: claim what is due now, within the batch (the wake-up is used up here; the
-            # cancels it may also be for are sent when this tick ends, as after every tick).
-            self._wake.clear()
-            first = False
-            waiting = len(in_flight) + len(pending)
-            limit = 0 if self._stopping.is_set() or not self._anything_due() else self.batch - waiting
-
-    @staticmethod
-    def _polls_of(due) -> list[tuple]:
-        """(wait, its journal row, its agent) for each claimed wait."""
-        if not due:
-            return []
+        """Claim what is due and poll it; returns how many waits were polled."""
+        due = waits.claim_due(self.batch)
+        metrics.CLAIM_CONFLICTS.inc(due.conflicts)
         # The batch's journal rows and agents in two queries, not two per wait (bench/bench_waiting.py:
         # with 1,000 due those lookups were most of a tick).
         rows = outbound.get_many(wait.outbound_id for wait in due)
-        agents = {agent.name: agent for agent in remote_agents.list_agents()}
-        return [(wait, rows.get(wait.outbound_id), agents.get(wait.remote_agent)) for wait in due]
+        agents = {agent.name: agent for agent in remote_agents.list_agents()} if due else {}
+        # Each task hands its pooled connection back: the pool checks it before lending it again (after a
+        # database restart, the pool's threads would otherwise keep connections the server has closed).
+        poll = db.releasing_connection(self.poll)
+        polls = [self._pool.submit(poll, wait, rows.get(wait.outbound_id), agents.get(wait.remote_agent))
+                 for wait in due]
+        for finished in polls:
+            finished.result()
+        return len(due)
 
     def send_cancels(self) -> int:
         """Send the journalled CancelTask rows that are due; returns how many were looked at."""
