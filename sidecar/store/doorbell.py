@@ -1,7 +1,7 @@
 """Waking the worker processes of this machine from another process: unix datagram sockets, one byte each.
 
-The API's processes queue runs (a POST, a resumption the webhook's poll does not make: a cancel's) and
-bring waits' polls forward (a push), but the workers that act on them live in other processes. PostgreSQL
+The API's processes queue runs (a POST, a decision stored for the run to continue) and bring waits' polls
+forward (a push, a CancelTask to send), but the workers that act on them live in other processes. PostgreSQL
 tells coordinators through NOTIFY (store/notify.py); nothing told a worker's loop that a run was queued,
 nor, on SQLite and MariaDB, a coordinator that a wait was due: they found out at their next poll of the
 queue or look at the due index. A doorbell rings them at once.
