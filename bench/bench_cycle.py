@@ -5,6 +5,7 @@ suspension, a poll (or a push) that finds the task completed, the resumption, th
     .venv/bin/python bench/bench_cycle.py                  # full run, compared with the floors
     .venv/bin/python bench/bench_cycle.py --quick          # a few seconds: proves it works, checks no floor
     .venv/bin/python bench/bench_cycle.py --databases sqlite --processes 1
+    .venv/bin/python bench/bench_cycle.py --agents "sdk push"     # only the rows of these agents
 
 `nrllm-sidecar serve --no-worker` (the API) and `nrllm-sidecar worker` (with whatever worker processes it
 starts), each a process tree of its own; this process is the host (a host token, HTTP clients in threads)
@@ -224,7 +225,7 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
         env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key, "NRLLM_INSTANCE_PATH": directory,
                "NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": f"http://127.0.0.1:{port}"}
         specs = (("api", ["serve", "--no-worker", "--port", str(port)], "listening on http://"),
-                 ("worker", ["worker", "--poll-interval", "0.05", *worker_args], "started with"))
+                 ("worker", ["worker", *worker_args], "started with"))
         try:
             with sidecar_processes(env, logs, *specs) as processes:
                 api_port = address(processes[0][1])[1]
@@ -279,11 +280,21 @@ def misses(rows: list[Row]) -> list[str]:
 def main() -> int:
     parser = arguments(__doc__, quick_help="a few runs per phase; checks they complete, not the floors")
     parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's)")
+    parser.add_argument("--poll-interval", default="0.05",
+                        help="passed to `worker --poll-interval` (default 0.05, as the figures of docs/performance.md)")
+    parser.add_argument("--agents", help="comma-separated rows to run (fast, sdk, sdk push; default: all)")
     args = parser.parse_args()
     phases = QUICK if args.quick else FULL
-    worker_args = ["--processes", str(args.processes)] if args.processes else []
+    if args.agents:
+        wanted = {name.strip() for name in args.agents.split(",")}
+        phases = tuple(phase for phase in phases if phase.agent in wanted)
+        if not phases:
+            parser.error(f"--agents names no row: {args.agents}")
+    worker_args = ["--poll-interval", args.poll_interval]
+    if args.processes:
+        worker_args += ["--processes", str(args.processes)]
     print(f"cycle benchmark ({'quick' if args.quick else 'full'}): agents polled every {POLL_SECONDS} s, "
-          f"worker {' '.join(['--poll-interval', '0.05', *worker_args])}")
+          f"worker {' '.join(worker_args)}")
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} (1 min) before this benchmark")
     print(COLUMNS + "  floors", flush=True)
     agents = Agents()

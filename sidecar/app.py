@@ -26,7 +26,7 @@ from .application import Application
 from .config import Settings
 from .engine.registry import build_registry
 from .plugins import plugin_context, plugin_manager
-from .store import db
+from .store import db, doorbell
 
 SECURITY_SCHEME = "bearerToken"
 
@@ -39,6 +39,9 @@ def create_app(settings: Settings | None = None, *, bind_database: bool = True, 
 
 
 def _build(application: Application, settings: Settings) -> Flask:
+    # The API queues runs and brings polls forward for workers in other processes: ring them at once
+    # instead of leaving it to their next poll (store/doorbell.py).
+    doorbell.ring_other_processes()
     app = Flask("nrllm_sidecar")
     app.extensions["nrllm_application"] = application
     app.wsgi_app = _InApplication(app.wsgi_app, application)

@@ -1,7 +1,8 @@
 """Pushes from real a2a-sdk peers to the sidecar's webhook, on SQLite and PostgreSQL: a bad token is 401
 and changes nothing, a valid push with a 60 s poll interval resumes the run in under a second (in this
-process, and across processes: LISTEN/NOTIFY on PostgreSQL, the due index on SQLite), and a push for a
-delegation whose outcome is unknown triggers reconciliation."""
+process, and across processes: LISTEN/NOTIFY on PostgreSQL, the worker process's doorbell on SQLite), a push
+saying the task still works brings nothing forward, and a push for a delegation whose outcome is unknown
+triggers reconciliation."""
 
 import json
 
@@ -44,8 +45,8 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     # The token is the sidecar's secret: only its digest is kept, in the wait and in the journal.
     assert token not in json.dumps([wait.checkpoint, wait.push_token_sha256, row.request_body])
     wait_until(lambda: peer.calls["GetTask"] >= 1, what="the first poll")
-    # The pushes the peer made when the task started were answered, and the polls they brought forward made
-    # (a tick polls what is due before it ends).
+    # The pushes the peer made when the task started were answered (they bring nothing forward: the task works),
+    # and whatever was due was polled (a tick polls what is due before it ends).
     wait_until(peer.pushes_settled, what="the peer's pushes to be answered")
     wait_for_ticks(worker, 2)
     polls = peer.calls["GetTask"]
@@ -67,7 +68,16 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
             run_row(run_id).status) == before
     assert peer.calls["GetTask"] == polls
 
-    # Either header carries a valid token; the push only brings the poll forward (the task still works).
+    # A push saying the task still works is counted and brings nothing forward: a poll now would find just that.
+    pushes = Outbound.get_by_id(row.id).pushes_seen
+    working = {"statusUpdate": {"taskId": row.remote_task_id, "status": {"state": "TASK_STATE_WORKING"}}}
+    answer = client.post("/api/v1/push", json=working, headers={"X-A2A-Notification-Token": token})
+    assert answer.status_code == 204
+    assert Outbound.get_by_id(row.id).pushes_seen == pushes + 1
+    assert DependencyWait.get_by_id(wait.id).next_poll_at == before[0]
+
+    # Either header carries a valid token; a push saying the task completed brings the poll forward, and the
+    # poll is what decides (the task still works).
     answer = client.post("/api/v1/push", json=notification, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 204 and answer.data == b""
     wait_until(lambda: peer.calls["GetTask"] == polls + 1, what="the pushed poll")
@@ -107,21 +117,27 @@ def test_every_push_of_a_delegation_is_accepted_even_before_the_suspension(setti
 
 
 def test_a_push_wakes_a_coordinator_in_another_process(database_url, settings, peers, webhook, tmp_path):
-    """The webhook answers in this process; the coordinator polls in a worker process. On PostgreSQL it
-    sleeps until the next due time (60 s away; its 10 s longest sleep made an hour here), so only NOTIFY can
-    wake it sooner; on SQLite its ticks find the wait the push made due."""
+    """The webhook answers in this process; the coordinator polls in a worker process, where it looks at the
+    due index only once an hour (AgentLoopWokenOnlyByWakeUps): the run's first poll, due a second after the
+    suspension, is not made on time, and only a wake-up from this process makes the coordinator look: NOTIFY
+    on PostgreSQL, the worker process's doorbell on SQLite (store/doorbell.py)."""
     peer = peers.start(card="1.0", push=True)
     register("research", peer.url, poll=60, push=True)
     run_id = delegating_run("research", "work:4:answer from afar")
     env = {"NRLLM_REMOTE_ALLOW": "127.0.0.1", "NRLLM_PUBLIC_URL": webhook.url}
-    worker = start_worker_process(database_url, "--executor", "tests.support.engine:AgentLoopWokenOnlyByNotifications",
+    worker = start_worker_process(database_url, "--executor", "tests.support.engine:AgentLoopWokenOnlyByWakeUps",
                                   env=env, log_path=tmp_path / "worker.log")
     try:
         latency = completion_latency(webhook, run_id)
-        # Without the wake-up the coordinator would look again only at the 60 s poll; the push's own latency
-        # is bench/bench_push.py's to measure.
+        # Without the wake-up the coordinator would look again only in an hour; the push's own latency is
+        # bench/bench_push.py's to measure.
         assert latency < PUSH_BOUND, f"push to completion across processes took {latency:.3f}s"
         assert run_row(run_id).output == "Remote said: answer from afar"
+        if database_url.startswith("sqlite"):
+            # Nothing rings a doorbell for a suspension (that is the worker's own) nor for the pushes saying the
+            # task started: the polls are the one the completion's push rang for, and the first poll a second
+            # after the suspension only if the coordinator's first look came after the suspension.
+            assert 1 <= peer.calls["GetTask"] <= 2
     finally:
         stop_process(worker)
 

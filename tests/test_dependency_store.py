@@ -171,8 +171,46 @@ def send_with_push(outcome: str = "accepted"):
     return journalled_send(outcome=outcome, push=True)
 
 
-def status_push(task_id: str) -> dict:
-    return {"statusUpdate": {"taskId": task_id, "status": {"state": "TASK_STATE_WORKING"}}}
+def status_push(task_id: str, state: str = "TASK_STATE_COMPLETED") -> dict:
+    return {"statusUpdate": {"taskId": task_id, "status": {"state": state}}}
+
+
+STILL_WORKING = {  # a 1.0 StreamResponse's status update and task, and what a 0.3 peer posts
+    "1.0 submitted": lambda task: status_push(task, "TASK_STATE_SUBMITTED"),
+    "1.0 working": lambda task: status_push(task, "TASK_STATE_WORKING"),
+    "1.0 task": lambda task: {"task": {"id": task, "status": {"state": "TASK_STATE_WORKING"}}},
+    "0.3 task": lambda task: {"kind": "task", "id": task, "status": {"state": "working"}},
+    "0.3 status update": lambda task: {"kind": "status-update", "taskId": task, "status": {"state": "submitted"}},
+}
+
+
+@pytest.mark.parametrize("shape", list(STILL_WORKING))
+def test_a_push_saying_the_task_still_works_is_counted_and_brings_nothing_forward(database_url, shape):
+    claim, row, token = send_with_push()
+    working = STILL_WORKING[shape](row.remote_task_id)
+    # Before the suspension: not noted, so the suspension keeps the wait's first poll where it was.
+    assert push.receive(push.authenticate(token), working) is False
+    assert (outbound.get(row.id).pushes_seen, outbound.get(row.id).push_received_at) == (1, None)
+    wait = suspend_on(claim, row, poll=60, push_token=token)
+    assert wait.next_poll_at > utcnow()
+    # After it: the wait's next poll stays where it is.
+    assert push.receive(push.authenticate(token), working) is False
+    assert DependencyWait.get_by_id(wait.id).next_poll_at == wait.next_poll_at
+    assert outbound.get(row.id).pushes_seen == 2
+    # Any state that may be news does bring it forward: the poll decides what it means.
+    for news in ({"artifactUpdate": {"taskId": row.remote_task_id}}, status_push(row.remote_task_id, "bogus"),
+                 status_push(row.remote_task_id, "TASK_STATE_INPUT_REQUIRED"),
+                 {"kind": "task", "id": row.remote_task_id, "status": {"state": "completed"}}):
+        DependencyWait.update(next_poll_at=wait.next_poll_at).where(DependencyWait.id == wait.id).execute()
+        assert push.receive(push.authenticate(token), news) is True, news
+        assert DependencyWait.get_by_id(wait.id).next_poll_at <= utcnow()
+
+
+def test_a_push_saying_the_task_still_works_makes_an_unknown_outcome_reconciled(database_url):
+    claim, row, token = send_with_push(outcome="outcome_unknown")
+    wait = suspend_on(claim, row, poll=60, push_token=token)
+    assert push.receive(push.authenticate(token), status_push("any-task", "TASK_STATE_WORKING")) is True
+    assert DependencyWait.get_by_id(wait.id).next_poll_at <= utcnow()
 
 
 def test_a_push_before_the_suspension_is_kept_and_makes_the_wait_due_at_once(database_url):

@@ -64,6 +64,7 @@ DEFAULT_EXECUTOR = "sidecar.engine:AgentLoop"
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
     from ..delegation.coordinator import Coordinator
     from ..purger import RetentionPurger
+    from ..store.doorbell import Doorbell
     from ..worker import Worker
 
     purger = (RetentionPurger(settings.retention),) if settings.retention else ()
@@ -72,7 +73,8 @@ def _make_worker(settings: Settings, concurrency: int, poll_interval: float, exe
         LeasePolicy(settings.lease_seconds),
         concurrency=concurrency,
         poll_interval=poll_interval,
-        companions=(Coordinator(settings), *purger),
+        # The doorbell first: another process's ring wakes the loop and the coordinator (store/doorbell.py).
+        companions=(Doorbell(), Coordinator(settings), *purger),
     )
 
 

@@ -489,11 +489,30 @@ def notification_task_id(notification) -> str | None:
         inner = notification.get(key)
         if isinstance(inner, dict) and isinstance(inner.get(field), str):
             return inner[field]
-    if notification.get("kind") == "task" or "status" in notification:
-        return notification.get("id") if isinstance(notification.get("id"), str) else None
+    # A 0.3 status update has a `status` too: its kind first, or its own id (none) would be taken for the task's.
     if notification.get("kind") in ("status-update", "artifact-update"):
         return notification.get("taskId") if isinstance(notification.get("taskId"), str) else None
+    if notification.get("kind") == "task" or "status" in notification:
+        return notification.get("id") if isinstance(notification.get("id"), str) else None
     return None
+
+
+def notification_state(notification) -> str | None:
+    """The task state a push notification reports (normalised), or None when it reports none: an artifact
+    update or a message, or a body whose state cannot be read."""
+    if not isinstance(notification, dict):
+        return None
+    inner = notification.get("task") or notification.get("statusUpdate")
+    if not isinstance(inner, dict):
+        if notification.get("kind") in ("task", "status-update") or "status" in notification:
+            inner = notification  # a 0.3 Task, or a 0.3 status update, posted as it is
+        else:
+            return None
+    status = inner.get("status")
+    if not isinstance(status, dict):
+        return None
+    state = normalise_state(status.get("state"))
+    return None if state == "unknown" else state
 
 
 # --- the client --------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@ and push"; the view is api/push.py).
 
 A push is authenticated by its delegation's token and names a task; it is never taken as the result.
 It only brings the wait's next poll forward to now and wakes the coordinators (in this process directly,
-in others through NOTIFY on PostgreSQL, or their next look at the due index on SQLite and MariaDB). For a
+in others through NOTIFY on PostgreSQL, or their doorbell on this machine, store/doorbell.py, or their
+next look at the due index), and only when it reports a state worth a poll: a push saying the task is
+still submitted or working is counted and nothing more. For a
 delegation whose outcome is unknown the task id cannot be checked against the journal yet: the push
 makes the coordinator reconcile, which only accepts a task of the delegation's own context.
 
@@ -21,7 +23,8 @@ from ..domain.errors import NotThisDelegation, Unauthenticated
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, waits
 from ..store.models import DependencyWait, Outbound
-from .a2a import notification_task_id
+from .a2a import notification_state, notification_task_id
+from .types import ALL_STATES, INTERRUPTED_STATES, TERMINAL_STATES
 
 log = logging.getLogger("nrllm_sidecar.push")
 
@@ -66,10 +69,23 @@ def _send_made_for(token: str) -> Outbound | None:
     return None
 
 
+# States whose push is worth a poll: the task has an answer for the model (finished or interrupted).
+_ANSWERING = TERMINAL_STATES | INTERRUPTED_STATES
+_STILL_WORKING = ALL_STATES - _ANSWERING - {"unknown"}
+
+
+def worth_a_look(state: str | None) -> bool:
+    """Whether a push reporting `state` brings the poll forward: unless it says the task is still submitted
+    or working. A push that reports no state (an artifact update, a message) or one we cannot read may
+    mean anything, so it is looked at."""
+    return state not in _STILL_WORKING
+
+
 def receive(delegation: Delegation, notification) -> bool:
     """Act on an authenticated push; True when a wait's next poll was brought forward (or, before the
-    suspension, the push was noted for it). Raises NotThisDelegation when the notification names no task,
-    or a task that is not the delegation's."""
+    suspension, the push was noted for it). A push saying the task is still submitted or working is only
+    counted, unless the send's outcome is unknown (then any push says the task exists). Raises
+    NotThisDelegation when the notification names no task, or a task that is not the delegation's."""
     row, wait = delegation.row, delegation.wait
     task_id = notification_task_id(notification)
     if task_id is None:
@@ -78,16 +94,24 @@ def receive(delegation: Delegation, notification) -> bool:
     # Before the send's answer is recorded there is no task id to compare with yet.
     if row.remote_task_id is not None and not unknown and task_id != row.remote_task_id:
         raise NotThisDelegation(f"task {task_id} does not belong to this delegation")
-    outbound.count_push(row.id)
+    if not unknown and not worth_a_look(notification_state(notification)):
+        # The task is still submitted or working: a poll now would find just that. Its answer comes with
+        # a later push (or the wait's own polls), so this one moves nothing (docs/delegation.md, "Pushes").
+        outbound.count_push(row.id)
+        log.debug("run %s: push for task %s, still working: nothing to look at", row.run_id, task_id)
+        return False
     if wait is None:
-        outbound.note_early_push(row.id)
+        outbound.count_push(row.id, early=True)
         # The suspension may have committed since the token was looked up: then it did not see the note.
         wait = waits.open_wait_on(row.run_id, row.id)
         if wait is None:
             log.info("run %s: push for task %s before the suspension; noted", row.run_id, task_id)
             return True
-    if wait.resolved_at is not None:
+        moved = waits.poll_now(wait.id)
+    elif wait.resolved_at is not None:
+        outbound.count_push(row.id)
         return False  # a late push (the answer was polled already): nothing to do, and nothing is wrong
-    moved = waits.poll_now(wait.id)
+    else:
+        moved = waits.pushed(wait.id, row.id)  # counted, and the poll brought forward, in one transaction
     log.info("run %s: push for task %s%s", wait.run_id, task_id, " (outcome unknown: reconciling)" if unknown else "")
     return moved

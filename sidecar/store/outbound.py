@@ -174,19 +174,20 @@ def get(outbound_id: str) -> Outbound | None:
 
 def sends_of_run(run_id: str) -> list[Outbound]:
     """The run's journalled sends: the rows a push token may have been made for."""
-    return list(Outbound.select().where(Outbound.run == run_id, Outbound.kind == SEND))
+    return statements.select_many(Outbound, run_id=run_id, kind=SEND)
+
+
+def count_push(outbound_id: str, *, early: bool = False) -> None:
+    """One more push for this send, in one UPDATE committed on its own (a lost count would only under-report).
+    `early`: it came before the run's suspension, which is remembered (the first one's time)."""
+    _count_push(outbound_id, utcnow() if early else None)
 
 
 @transactional
-def count_push(outbound_id: str) -> None:
-    """One more push for this send (one UPDATE: pushes are rare, and a lost count would only under-report)."""
-    Outbound.update(pushes_seen=Outbound.pushes_seen + 1).where(Outbound.id == outbound_id).execute()
-
-
-def note_early_push(outbound_id: str) -> None:
-    """Remember a push that came before the run's suspension (the first one counts)."""
-    Outbound.update(push_received_at=utcnow()).where(
-        Outbound.id == outbound_id, Outbound.push_received_at.is_null()).execute()
+def _count_push(outbound_id: str, early_at: datetime | None) -> None:
+    statements.add_to(Outbound, "pushes_seen", 1, id=outbound_id)
+    if early_at is not None:
+        statements.update_where(Outbound, {"id": outbound_id, "push_received_at": None}, {"push_received_at": early_at})
 
 
 def pushed_early(outbound_id: str) -> bool:

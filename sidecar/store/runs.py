@@ -71,7 +71,8 @@ def new_run(
 
 
 def wake_workers() -> None:
-    """Tell this process's worker that runs were queued (others find them by polling)."""
+    """Tell this process's worker that runs were queued; from the API's processes also the worker processes
+    of this machine (store/doorbell.py). Others find them by polling."""
     wakeup.runs_queued()
 
 

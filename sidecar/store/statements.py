@@ -47,12 +47,18 @@ def queued_run_ids(limit: int) -> list[str]:
 
 def select_one(model, **equal):
     """The row of `model` whose columns equal `equal` (None: IS NULL), as a model instance, or None."""
+    rows = select_many(model, **equal)
+    return rows[0] if rows else None
+
+
+def select_many(model, **equal) -> list:
+    """The rows of `model` whose columns equal `equal` (None: IS NULL), as model instances."""
     fields = model._meta.columns
     conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {database.param}"
                   for column, value in equal.items()]
     params = [fields[column].db_value(value) for column, value in equal.items() if value is not None]
     sql = f"SELECT * FROM {_name(model._meta.table_name)} WHERE {' AND '.join(conditions)}"
-    return _instance(model, database.execute_sql(sql, params))
+    return _instances(model, database.execute_sql(sql, params))
 
 
 def run_from_row(columns: tuple[str, ...], row: tuple):
@@ -62,6 +68,16 @@ def run_from_row(columns: tuple[str, ...], row: tuple):
         field = _RUN_FIELDS[column]
         instance.__data__[field.name] = field.python_value(value)
     return instance
+
+
+def add_to(model, column: str, amount: int, **equal) -> int:
+    """UPDATE the rows of `model` whose columns equal `equal` (none is None): `column` += `amount`. Returns how
+    many rows matched."""
+    fields = model._meta.columns
+    conditions = " AND ".join(f"{_name(name)} = {database.param}" for name in equal)
+    sql = (f"UPDATE {_name(model._meta.table_name)} SET {_name(column)} = {_name(column)} + {int(amount)}"
+           f" WHERE {conditions}")
+    return database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()]).rowcount
 
 
 def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None, for_update: bool = False,
@@ -123,17 +139,26 @@ def update_returning_row(model, where: dict, values: dict):
 
 def _instance(model, cursor):
     """The first row of `cursor` (all of it read) as an instance of `model`, or None."""
+    rows = _instances(model, cursor)
+    return rows[0] if rows else None
+
+
+def _instances(model, cursor) -> list:
+    """Every row of `cursor` as an instance of `model`."""
     rows = cursor.fetchall()  # all of it: on SQLite an unfinished read would keep its snapshot open
     if not rows:
-        return None
+        return []
     # As peewee's own reading of a row makes it (each value through its field), without its cursor wrapper,
     # which cost as much again as the query for the 34 columns of a run.
     fields = model._meta.columns
-    instance = model(__no_default__=1)
-    for (column, *_), value in zip(cursor.description, rows[0], strict=True):
-        field = fields[column]
-        instance.__data__[field.name] = field.python_value(value)
-    return instance
+    named = [fields[column] for column, *_ in cursor.description]
+    found = []
+    for row in rows:
+        instance = model(__no_default__=1)
+        for field, value in zip(named, row, strict=True):
+            instance.__data__[field.name] = field.python_value(value)
+        found.append(instance)
+    return found
 
 
 def insert_values(model, values: dict) -> None:

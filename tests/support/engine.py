@@ -166,12 +166,15 @@ class TickingAgentLoop(AgentLoop):
                                   settings=Settings.from_env()))
 
 
-class AgentLoopWokenOnlyByNotifications(AgentLoop):
-    """The agent loop of a worker process whose coordinator, where it listens for notifications (PostgreSQL),
-    sleeps an hour between looks instead of its 10 s: only a NOTIFY wakes it before a wait's poll is due."""
+class AgentLoopWokenOnlyByWakeUps(AgentLoop):
+    """The agent loop of a worker process whose coordinator sleeps an hour between looks at the due index
+    (instead of 10 s listening on PostgreSQL, 0.25 s elsewhere): before a wait's poll is due, only a
+    wake-up from another process (NOTIFY, or the doorbell, store/doorbell.py) makes it look."""
 
     def __init__(self):
         from sidecar.delegation import coordinator
 
         coordinator.IDLE_SECONDS = 3600.0
+        # The worker command builds its coordinator after loading this executor, with the default tick.
+        coordinator.Coordinator.__init__.__kwdefaults__["tick_seconds"] = 3600.0
         super().__init__()
