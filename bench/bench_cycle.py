@@ -283,6 +283,7 @@ def main() -> int:
     parser.add_argument("--poll-interval", default="0.05",
                         help="passed to `worker --poll-interval` (default 0.05, as the figures of docs/performance.md)")
     parser.add_argument("--agents", help="comma-separated rows to run (fast, sdk, sdk push; default: all)")
+    parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
     args = parser.parse_args()
     phases = QUICK if args.quick else FULL
     if args.agents:
@@ -293,6 +294,8 @@ def main() -> int:
     worker_args = ["--poll-interval", args.poll_interval]
     if args.processes:
         worker_args += ["--processes", str(args.processes)]
+    if args.concurrency:
+        worker_args += ["--concurrency", str(args.concurrency)]
     print(f"cycle benchmark ({'quick' if args.quick else 'full'}): agents polled every {POLL_SECONDS} s, "
           f"worker {' '.join(worker_args)}")
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} (1 min) before this benchmark")
