@@ -27,6 +27,7 @@ from sidecar.store.models import (
     ToolResult,
 )
 from sidecar.testing import StepExecutor
+from tests.support.api import settings_for
 from tests.support.commands import cli_in_process
 from tests.support.waiting import wait_until
 
@@ -175,16 +176,18 @@ def test_a_worker_with_a_retention_purges_on_its_timer(start_worker):
     assert _rows_of(going)["runs"] == 0 and _rows_of(recent)["runs"] == 1
 
 
-def test_the_worker_command_adds_the_purge_timer_only_with_a_retention(tmp_path):
+def test_the_worker_command_adds_the_purge_timer_only_with_a_retention(sqlite_url, tmp_path):
+    from sidecar import bootstrap
     from sidecar.cli.processes import DEFAULT_EXECUTOR, _make_worker
 
-    def companions(**settings):
-        worker = _make_worker(Settings(instance_path=tmp_path, database_url="sqlite://", **settings), 1, 1.0,
-                              DEFAULT_EXECUTOR)
+    def companions(**values):
+        settings = settings_for(sqlite_url, tmp_path, **values)
+        bootstrap.start(settings, bind_database=False)  # as the command does before it makes its worker
+        worker = _make_worker(settings, 1, 1.0, DEFAULT_EXECUTOR)
         return [type(companion).__name__ for companion in worker.companions]
 
-    assert companions() == ["Coordinator"]
-    assert companions(retention=timedelta(days=30)) == ["Coordinator", "RetentionPurger"]
+    assert companions() == ["Doorbell", "Coordinator"]
+    assert companions(retention=timedelta(days=30)) == ["Doorbell", "Coordinator", "RetentionPurger"]
 
 
 def test_durations_and_cutoffs_parse_and_a_bad_retention_stops_start_up(tmp_path):
