@@ -10,6 +10,7 @@ from sidecar import application, bootstrap, keys, wakeup
 from sidecar.api import event_hub
 from sidecar.app import create_app
 from sidecar.application import Application, current
+from sidecar.delegation.coordinator import Coordinator
 from sidecar.domain.sealing import generate_key
 from sidecar.hookspecs import hookimpl
 from sidecar.plugins import build_plugin_manager, plugin_manager
@@ -151,3 +152,14 @@ def test_a_plugin_registered_before_start_up_is_kept_and_a_later_start_up_starts
     assert again.plugin_manager.get_plugin("registered-before-start-up") is None
     for application_ in (started, again):
         application_.run(db.close_all)
+
+
+def test_a_coordinators_poll_threads_run_in_the_application_that_started_it(two):
+    first, second = two
+    coordinator = Coordinator(first.settings)
+    first.application.run(coordinator.start)
+    try:
+        assert coordinator._pool.submit(current).result(10) is first.application
+        assert current() is second.application
+    finally:
+        first.application.run(coordinator.stop)

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from .. import logs, metrics, wakeup
-from ..application import thread
+from ..application import current, enter, thread
 from ..domain.backoff import Backoff
 from ..domain.clock import utcnow
 from ..domain.vocabulary import OutboundOutcome, TerminationReason
@@ -58,13 +58,16 @@ class Coordinator:
         self.settings = settings
         self.batch = batch
         self.tick_seconds = tick_seconds
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coordinator")
+        self._application = None  # the one start() ran in: the pool's threads (made on first use) run there too
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coordinator",
+                                        initializer=lambda: enter(self._application or current()))
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: notify.Listener | None = None
 
     def start(self) -> None:
+        self._application = current()
         wakeup.subscribe_coordinator(self._wake)
         if notify.can_listen():
             self._listener = notify.Listener(lambda _payloads: self._wake.set())
