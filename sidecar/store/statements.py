@@ -107,15 +107,7 @@ def select_value(model, column: str, *, for_update: bool = False, **equal):
 def update_where(model, where: dict, values: dict) -> int:
     """UPDATE the rows of `model` whose columns equal `where` (None: IS NULL): set `values` (by column name).
     Returns how many rows matched."""
-    fields = model._meta.columns
-    param = database.param
-    conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
-                  for column, value in where.items()]
-    sql = (f"UPDATE {_name(model._meta.table_name)} SET {', '.join(f'{_name(column)} = {param}' for column in values)}"
-           f" WHERE {' AND '.join(conditions)}")
-    params = [fields[column].db_value(value) for column, value in values.items()]
-    params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
-    return database.execute_sql(sql, params).rowcount
+    return database.execute_sql(*_update(model, where, values)).rowcount
 
 
 def update_returning_row(model, where: dict, values: dict):
@@ -125,16 +117,21 @@ def update_returning_row(model, where: dict, values: dict):
     if not supports_returning():
         key = model._meta.primary_key.column_name
         return select_one(model, **{key: where[key]}) if update_where(model, where, values) == 1 else None
+    sql, params = _update(model, where, values)
+    return _instance(model, database.execute_sql(sql + " RETURNING *", params))
+
+
+def _update(model, where: dict, values: dict) -> tuple[str, list]:
+    """The UPDATE of update_where(), and its parameters."""
     fields = model._meta.columns
     param = database.param
     conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
                   for column, value in where.items()]
     sql = (f"UPDATE {_name(model._meta.table_name)} SET {', '.join(f'{_name(column)} = {param}' for column in values)}"
-           f" WHERE {' AND '.join(conditions)} RETURNING *")
+           f" WHERE {' AND '.join(conditions)}")
     params = [fields[column].db_value(value) for column, value in values.items()]
     params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
-    cursor = database.execute_sql(sql, params)
-    return _instance(model, cursor)
+    return sql, params
 
 
 def _instance(model, cursor):
