@@ -23,6 +23,7 @@ from playhouse.pool import PooledDatabase, PooledMySQLDatabase, PooledPostgresql
 
 from ..application import current
 from ..domain.backoff import Backoff
+from .write_lock import WriteLock
 
 try:
     from psycopg2.extensions import TRANSACTION_STATUS_IDLE
@@ -58,21 +59,23 @@ database = ApplicationDatabase()
 DatabaseError = PeeweeException
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 15
-BEGIN_RETRY_SECONDS = 0.001  # how often a writer asks again for SQLite's write lock
 TRANSIENT_RETRIES = 8
 POOL_SIZE = 16
 POOL_WAIT_SECONDS = 10
 
 
 class SidecarSqliteDatabase(SqliteDatabase):
-    """WAL and a busy timeout; every transaction BEGIN IMMEDIATE.
+    """WAL and a busy timeout; every transaction BEGIN IMMEDIATE, its writers queued.
 
     A deferred transaction that reads and then writes fails with a busy snapshot error that the busy
-    timeout does not retry; taking the write lock at BEGIN makes writers queue instead.
+    timeout does not retry; taking the write lock at BEGIN makes writers queue instead. They queue on the
+    sidecar's own lock first (sidecar/store/write_lock.py): SQLite's busy handler sleeps in growing steps of
+    up to 100 ms, so a writer that found SQLite's lock taken slept on long after it was free.
     """
 
     def __init__(self, path: str, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS):
         self.busy_timeout = busy_timeout
+        self.write_lock = WriteLock(path)
         super().__init__(
             path,
             lock_type="IMMEDIATE",
@@ -86,32 +89,32 @@ class SidecarSqliteDatabase(SqliteDatabase):
         )
 
     def begin(self, lock_type=None):
-        """BEGIN IMMEDIATE, asking again about every millisecond while another connection writes.
-
-        SQLite's own busy handler sleeps in growing steps of up to 100 ms, so a writer that found the lock
-        taken slept on long after it was free: with the API and a worker taking turns, the slowest writes
-        waited hundreds of milliseconds for a lock held for one. Here SQLite's handler is off for this one
-        statement and the wait is ours, up to the same busy timeout (then the same "database is locked")."""
-        statement = f"BEGIN {lock_type or self._lock_type}"
-        cursor = self.cursor()
-        deadline = time.monotonic() + self.busy_timeout
-        cursor.execute("PRAGMA busy_timeout = 0")
+        """BEGIN IMMEDIATE once this thread holds the write lock of all the sidecar's processes
+        (sidecar/store/write_lock.py), waiting for it up to the busy timeout, then "database is locked"."""
+        if not self.write_lock.acquire(self.busy_timeout):
+            with __exception_wrapper__:
+                raise sqlite3.OperationalError("database is locked")
         try:
-            while True:
-                try:
-                    cursor.execute(statement)
-                    return
-                except sqlite3.OperationalError as exc:
-                    if not _is_locked(exc) or time.monotonic() >= deadline:
-                        with __exception_wrapper__:
-                            raise
-                time.sleep(BEGIN_RETRY_SECONDS)
+            super().begin(lock_type)
+        except BaseException:
+            self.write_lock.release()
+            raise
+
+    def commit(self):
+        super().commit()
+        self.write_lock.release()
+
+    def rollback(self):
+        try:
+            super().rollback()
         finally:
-            cursor.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            self.write_lock.release()
 
-
-def _is_locked(exc: sqlite3.OperationalError) -> bool:
-    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY or "locked" in str(exc)
+    def _close(self, conn):
+        try:
+            super()._close(conn)  # an open transaction ends with its connection
+        finally:
+            self.write_lock.release()
 
 
 class _EndsOutages:
