@@ -2,7 +2,8 @@
 
 Three processes each run transactions that hold the lock about 2 ms (as a segment's write does) with up to
 6 ms of other work between them, once with SQLite's own busy handler (its sleeps grow to 100 ms) and once
-with the store's BEGIN (SidecarSqliteDatabase.begin: it asks again about every millisecond). Prints the
+with the store's BEGIN (SidecarSqliteDatabase.begin: writers queue on the sidecar's write lock,
+sidecar/store/write_lock.py). Prints the
 lock waits' p50, p99 and maximum, and the wall time for all transactions. No floor: it shows why the
 store takes the lock itself (docs/performance.md, "Waiting for SQLite's write lock").
 """
@@ -30,7 +31,7 @@ BETWEEN_SECONDS = 0.006
 class SqliteHandlerDatabase(SidecarSqliteDatabase):
     """The store's database with peewee's plain BEGIN: SQLite's own busy handler does the waiting."""
 
-    begin = SqliteDatabase.begin
+    begin, commit, rollback = SqliteDatabase.begin, SqliteDatabase.commit, SqliteDatabase.rollback
 
 
 def writer(kind: str, path: str, transactions: int, seed: int, results) -> None:
