@@ -4,18 +4,23 @@
 agent after a plain `pip install -e .` (the a2a-sdk is a test dependency only). It speaks just what the
 sidecar's client uses (sidecar/delegation/a2a.py): the agent card at /.well-known/agent-card.json, and SendMessage,
 GetTask, CancelTask and ListTasks. A task works for `work_seconds`, then completes with a short summary of
-the message as its artifact. It keeps tasks in memory only, answers a repeated message id with the task
-it already made, and is not meant for anything but the demo.
+the message as its artifact. A send that asks for push notifications gets one, the completed task, posted
+to its URL with its token; only to a loopback address (127.0.0.1, ::1, localhost), so the agent cannot be
+made to post elsewhere. It keeps tasks in memory only, answers a repeated message id with the task it
+already made, and is not meant for anything but the demo.
 """
 
+import http.client
 import json
 import logging
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 from .delegation.a2a import CARD_PATH
+from .delegation.push import TOKEN_HEADER
 from .delegation.types import TASK_NOT_FOUND
 
 log = logging.getLogger("nrllm_sidecar.demo_agent")
@@ -24,6 +29,9 @@ DEFAULT_WORK_SECONDS = 5.0
 MAX_REQUEST_BYTES = 64 * 1024
 METHOD_NOT_FOUND = -32601
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+PUSH_TIMEOUT_SECONDS = 5.0
 TASK_NOT_CANCELABLE = -32002
 
 
@@ -36,7 +44,7 @@ class _Tasks:
         self._tasks: dict[str, dict] = {}
         self._by_message: dict[str, str] = {}
 
-    def send(self, message: dict) -> dict:
+    def send(self, message: dict, push: dict | None = None) -> dict:
         with self._lock:
             message_id = str(message.get("messageId") or uuid.uuid4())
             if message_id in self._by_message:  # a resend of the same message: the task it made
@@ -48,7 +56,27 @@ class _Tasks:
                     "history": [{**message, "messageId": message_id}]}
             self._tasks[task["id"]] = task
             self._by_message[message_id] = task["id"]
+            if push:
+                timer = threading.Timer(self.work_seconds, self._push, (task["id"], push))
+                timer.daemon = True
+                timer.start()
             return self._view(task)
+
+    def _push(self, task_id: str, push: dict) -> None:
+        """Post the task, as it is once its work is done, to the send's push URL (one attempt)."""
+        view = self.get(task_id)
+        target = urlsplit(push["url"])
+        body = json.dumps({"task": view}).encode("utf-8")
+        connection = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=PUSH_TIMEOUT_SECONDS)
+        try:
+            path = (target.path or "/") + (f"?{target.query}" if target.query else "")
+            connection.request("POST", path, body=body, headers={
+                "Content-Type": "application/json", TOKEN_HEADER: push["token"]})
+            connection.getresponse().read()
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a token unfit for a header
+            log.info("demo agent: the push for task %s failed: %s", task_id, exc)
+        finally:
+            connection.close()
 
     def get(self, task_id: str) -> dict | None:
         with self._lock:
@@ -90,11 +118,31 @@ def _card(base_url: str) -> dict:
         "description": "Summarises the message it is sent, after a few seconds of pretended work.",
         "version": "1.0.0",
         "supportedInterfaces": [{"url": base_url + "/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "capabilities": {"streaming": False, "pushNotifications": False},
+        "capabilities": {"streaming": False, "pushNotifications": True},
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
         "skills": [{"id": "summarize", "name": "Summarize", "description": "Summarises a text.", "tags": ["demo"]}],
     }
+
+
+def _push_config(params: dict) -> dict | None | bool:
+    """The send's push URL and token: None when it asks for no push, False when it names a URL the agent
+    does not post to."""
+    configuration = params.get("configuration")
+    config = configuration.get("taskPushNotificationConfig") if isinstance(configuration, dict) else None
+    if config is None:
+        return None
+    url, token = (config.get("url"), config.get("token")) if isinstance(config, dict) else (None, None)
+    if not (isinstance(url, str) and isinstance(token, str) and len(url) <= 2048):
+        return False
+    try:
+        target = urlsplit(url)
+        target.port  # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        return False
+    if target.scheme != "http" or target.hostname not in LOOPBACK_HOSTS:
+        return False
+    return {"url": url, "token": token}
 
 
 def _handler(tasks: _Tasks, base_url: str):
@@ -140,7 +188,10 @@ def _handler(tasks: _Tasks, base_url: str):
         def _call(self, method, params: dict) -> tuple[dict | None, dict | None]:
             not_found = {"code": TASK_NOT_FOUND, "message": "task not found"}
             if method == "SendMessage" and isinstance(params.get("message"), dict):
-                return {"task": tasks.send(params["message"])}, None
+                push = _push_config(params)
+                if push is False:
+                    return None, {"code": INVALID_PARAMS, "message": "pushes go to an http URL on a loopback address"}
+                return {"task": tasks.send(params["message"], push)}, None
             if method == "GetTask":
                 task = tasks.get(str(params.get("id")))
                 return (task, None) if task else (None, not_found)
