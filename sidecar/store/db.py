@@ -310,17 +310,23 @@ def ping() -> None:
 
 
 def dialect() -> str:
-    db = database.obj
-    if isinstance(db, SqliteDatabase):
+    return dialect_of(type(database.obj))
+
+
+def dialect_of(database_class) -> str:
+    if issubclass(database_class, SqliteDatabase):
         return "sqlite"
-    if isinstance(db, MySQLDatabase):
+    if issubclass(database_class, MySQLDatabase):
         return "mysql"
     return "postgresql"
 
 
 def supports_returning() -> bool:
+    return returning_in(dialect())
+
+
+def returning_in(kind: str) -> bool:
     """UPDATE ... RETURNING: PostgreSQL and SQLite 3.35 and later; not MariaDB or MySQL."""
-    kind = dialect()
     return kind == "postgresql" or (kind == "sqlite" and sqlite3.sqlite_version_info >= (3, 35))
 
 

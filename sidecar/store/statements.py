@@ -5,44 +5,105 @@ peewee turns a query into SQL each time it executes it: 0.15 to 0.9 ms of CPU fo
 segment (the 34 columns of a run make its SELECT the dearest), where SQLite executes them in about
 0.03 ms. A segment runs several, so that compilation was most of what a segment cost and what bounded a
 worker's throughput (docs/performance.md, "The run store"); the token lookup and the insert of a run did
-the same to every request. The statements here have a fixed shape; their text is joined from column
-names, and values pass through each field's own conversion, as peewee does.
+the same to every request. The statements here have a fixed shape: their text is joined from column names
+once per shape and database kind and kept (joining it again for every call cost a tenth of a worker's CPU),
+and values pass through each field's own conversion, as peewee does.
 """
 
+import functools
+from typing import NamedTuple
+
 from ..domain.vocabulary import RunStatus
-from .db import database, dialect, supports_returning
+from .db import database, dialect_of, returning_in
 from .models import Run, RunEvent
 
 _RUN_FIELDS = Run._meta.columns  # column name -> field
 RUN_COLUMNS = tuple(_RUN_FIELDS)  # every column of a run
 _EVENT_COLUMNS = ("run_id", "sequence", "kind", "at", "payload")
+_EVENT_AT = RunEvent._meta.columns["at"]
 
 
-def _name(identifier: str) -> str:
-    opening, closing = database.quote  # '""' or '``'
-    return f"{opening}{identifier}{closing}"
+class Syntax(NamedTuple):
+    """How the bound database spells what the texts differ in."""
+
+    quote: str  # '""' or '``'
+    param: str  # '?' or '%s'
+    dialect: str
+    returning: bool  # UPDATE ... RETURNING
 
 
-def _placeholders(count: int) -> str:
-    return ", ".join([database.param] * count)
+def _syntax() -> Syntax:
+    return _syntax_of(type(database.obj))
+
+
+@functools.cache
+def _syntax_of(database_class) -> Syntax:
+    kind = dialect_of(database_class)
+    return Syntax(database_class.quote, database_class.param, kind, returning_in(kind))
+
+
+def _name(syntax: Syntax, identifier: str) -> str:
+    return f"{syntax.quote[0]}{identifier}{syntax.quote[1]}"
+
+
+def _names(syntax: Syntax, columns) -> str:
+    return ", ".join(_name(syntax, column) for column in columns)
+
+
+def _placeholders(syntax: Syntax, count: int) -> str:
+    return ", ".join([syntax.param] * count)
+
+
+def _conditions(syntax: Syntax, columns, null_columns=()) -> str:
+    """`a = ? AND b IS NULL ...`: `columns` equal a parameter each, `null_columns` are NULL."""
+    return " AND ".join([*(f"{_name(syntax, c)} = {syntax.param}" for c in columns),
+                         *(f"{_name(syntax, c)} IS NULL" for c in null_columns)])
+
+
+def _split(equal: dict) -> tuple[tuple, tuple]:
+    """The columns compared with a value and the columns that must be NULL."""
+    return (tuple(c for c, v in equal.items() if v is not None), tuple(c for c, v in equal.items() if v is None))
 
 
 def _run_values(values: dict) -> list:
     return [_RUN_FIELDS[column].db_value(value) for column, value in values.items()]
 
 
+@functools.lru_cache(maxsize=1024)
+def _select_text(syntax: Syntax, table: str, columns: tuple | None, where: tuple, null: tuple,
+                 order_by: str | None = None, for_update: bool = False) -> str:
+    selected = "*" if columns is None else _names(syntax, columns)
+    sql = f"SELECT {selected} FROM {_name(syntax, table)} WHERE {_conditions(syntax, where, null)}"
+    if order_by:
+        sql += f" ORDER BY {_name(syntax, order_by)}"
+    return sql + " FOR UPDATE" if for_update else sql
+
+
+@functools.lru_cache(maxsize=1024)
+def _update_text(syntax: Syntax, table: str, values: tuple, where: tuple, null: tuple, add: tuple = ()) -> str:
+    assignments = [*(f"{_name(syntax, c)} = {syntax.param}" for c in values),
+                   *(f"{_name(syntax, c)} = {_name(syntax, c)} + {syntax.param}" for c in add)]
+    return f"UPDATE {_name(syntax, table)} SET {', '.join(assignments)} WHERE {_conditions(syntax, where, null)}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _insert_text(syntax: Syntax, table: str, columns: tuple) -> str:
+    return (f"INSERT INTO {_name(syntax, table)} ({_names(syntax, columns)})"
+            f" VALUES ({_placeholders(syntax, len(columns))})")
+
+
+@functools.lru_cache(maxsize=64)
+def _queued_text(syntax: Syntax, limit: int) -> str:
+    sql = (f"SELECT {_name(syntax, 'id')} FROM {_name(syntax, 'runs')} WHERE {_name(syntax, 'status')} = "
+           f"{syntax.param} ORDER BY {_name(syntax, 'queued_at')}, {_name(syntax, 'id')} LIMIT {int(limit)}")
+    return sql if syntax.dialect == "sqlite" else sql + " FOR UPDATE SKIP LOCKED"
+
+
 def queued_run_ids(limit: int) -> list[str]:
     """The ids of up to `limit` queued runs, oldest first. On a server database the rows are locked for this
     transaction, and rows another claimer has locked are skipped instead of waited for; SQLite's BEGIN
     IMMEDIATE already makes the transaction the only writer."""
-    param = database.param
-    sql = (
-        f"SELECT {_name('id')} FROM {_name('runs')} WHERE {_name('status')} = {param}"
-        f" ORDER BY {_name('queued_at')}, {_name('id')} LIMIT {int(limit)}"
-    )
-    if dialect() != "sqlite":
-        sql += " FOR UPDATE SKIP LOCKED"
-    return [row[0] for row in database.execute_sql(sql, (RunStatus.QUEUED.value,))]
+    return [row[0] for row in database.execute_sql(_queued_text(_syntax(), limit), (RunStatus.QUEUED.value,))]
 
 
 def select_one(model, **equal):
@@ -54,10 +115,8 @@ def select_one(model, **equal):
 def select_many(model, **equal) -> list:
     """The rows of `model` whose columns equal `equal` (None: IS NULL), as model instances."""
     fields = model._meta.columns
-    conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {database.param}"
-                  for column, value in equal.items()]
     params = [fields[column].db_value(value) for column, value in equal.items() if value is not None]
-    sql = f"SELECT * FROM {_name(model._meta.table_name)} WHERE {' AND '.join(conditions)}"
+    sql = _select_text(_syntax(), model._meta.table_name, None, *_split(equal))
     return _instances(model, database.execute_sql(sql, params))
 
 
@@ -74,10 +133,8 @@ def add_to(model, column: str, amount: int, **equal) -> int:
     """UPDATE the rows of `model` whose columns equal `equal` (none is None): `column` += `amount`. Returns how
     many rows matched."""
     fields = model._meta.columns
-    conditions = " AND ".join(f"{_name(name)} = {database.param}" for name in equal)
-    sql = (f"UPDATE {_name(model._meta.table_name)} SET {_name(column)} = {_name(column)} + {int(amount)}"
-           f" WHERE {conditions}")
-    return database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()]).rowcount
+    sql = _update_text(_syntax(), model._meta.table_name, (), tuple(equal), (), (column,))
+    return database.execute_sql(sql, [int(amount), *(fields[n].db_value(v) for n, v in equal.items())]).rowcount
 
 
 def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None, for_update: bool = False,
@@ -85,13 +142,7 @@ def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None,
     """`columns` of the rows of `model` whose columns equal `equal` (none is None), each value converted by
     its field as peewee would. `for_update`: the rows are locked for this transaction (server databases)."""
     fields = model._meta.columns
-    conditions = " AND ".join(f"{_name(name)} = {database.param}" for name in equal)
-    selected = ", ".join(_name(column) for column in columns)
-    sql = f"SELECT {selected} FROM {_name(model._meta.table_name)} WHERE {conditions}"
-    if order_by:
-        sql += f" ORDER BY {_name(order_by)}"
-    if for_update:
-        sql += " FOR UPDATE"
+    sql = _select_text(_syntax(), model._meta.table_name, tuple(columns), tuple(equal), (), order_by, for_update)
     cursor = database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()])
     converters = [fields[column].python_value for column in columns]
     return [tuple(convert(value) for convert, value in zip(converters, row, strict=True)) for row in cursor]
@@ -107,28 +158,25 @@ def select_value(model, column: str, *, for_update: bool = False, **equal):
 def update_where(model, where: dict, values: dict) -> int:
     """UPDATE the rows of `model` whose columns equal `where` (None: IS NULL): set `values` (by column name).
     Returns how many rows matched."""
-    return database.execute_sql(*_update(model, where, values)).rowcount
+    return database.execute_sql(*_update(_syntax(), model, where, values)).rowcount
 
 
 def update_returning_row(model, where: dict, values: dict):
     """update_where() of at most one row, `where` naming its primary key: returns that row as written (a model
     instance), or None when no row matched. One statement where UPDATE ... RETURNING exists; the update and a
     read of the row by its key elsewhere."""
-    if not supports_returning():
+    syntax = _syntax()
+    if not syntax.returning:
         key = model._meta.primary_key.column_name
         return select_one(model, **{key: where[key]}) if update_where(model, where, values) == 1 else None
-    sql, params = _update(model, where, values)
+    sql, params = _update(syntax, model, where, values)
     return _instance(model, database.execute_sql(sql + " RETURNING *", params))
 
 
-def _update(model, where: dict, values: dict) -> tuple[str, list]:
+def _update(syntax: Syntax, model, where: dict, values: dict) -> tuple[str, list]:
     """The UPDATE of update_where(), and its parameters."""
     fields = model._meta.columns
-    param = database.param
-    conditions = [f"{_name(column)} IS NULL" if value is None else f"{_name(column)} = {param}"
-                  for column, value in where.items()]
-    sql = (f"UPDATE {_name(model._meta.table_name)} SET {', '.join(f'{_name(column)} = {param}' for column in values)}"
-           f" WHERE {' AND '.join(conditions)}")
+    sql = _update_text(syntax, model._meta.table_name, tuple(values), *_split(where))
     params = [fields[column].db_value(value) for column, value in values.items()]
     params += [fields[column].db_value(value) for column, value in where.items() if value is not None]
     return sql, params
@@ -162,11 +210,8 @@ def insert_values(model, values: dict) -> None:
     """INSERT a row of `model` with only the columns in `values` (by column name): the database gives the rest
     (a generated key)."""
     fields = model._meta.columns
-    columns = ", ".join(_name(column) for column in values)
-    database.execute_sql(
-        f"INSERT INTO {_name(model._meta.table_name)} ({columns}) VALUES ({_placeholders(len(values))})",
-        [fields[column].db_value(value) for column, value in values.items()],
-    )
+    database.execute_sql(_insert_text(_syntax(), model._meta.table_name, tuple(values)),
+                         [fields[column].db_value(value) for column, value in values.items()])
 
 
 def insert_row(model, values: dict) -> None:
@@ -178,12 +223,9 @@ def insert_row(model, values: dict) -> None:
             value = values[field.name]
         else:
             value = field.default() if callable(field.default) else field.default
-        columns.append(_name(field.column_name))
+        columns.append(field.column_name)
         params.append(field.db_value(value))
-    database.execute_sql(
-        f"INSERT INTO {_name(model._meta.table_name)} ({', '.join(columns)}) VALUES ({_placeholders(len(params))})",
-        params,
-    )
+    database.execute_sql(_insert_text(_syntax(), model._meta.table_name, tuple(columns)), params)
 
 
 def update_run(
@@ -202,20 +244,19 @@ def update_run(
     (MariaDB, whose row lock taken by the update makes that read the row as written). Call inside a write
     transaction.
     """
-    param = database.param
-    assignments = [f"{_name(column)} = {param}" for column in values]
-    assignments += [f"{_name(column)} = {_name(column)} + {param}" for column in add]
-    conditions = [f"{_name(column)} = {param}" for column in ("id", *where)]
-    sql = f"UPDATE {_name('runs')} SET {', '.join(assignments)} WHERE {' AND '.join(conditions)}"
+    syntax = _syntax()
+    sql = _update_text(syntax, "runs", tuple(values), ("id", *where), (), tuple(add))
     params = [*_run_values(values), *add.values(), run_id, *_run_values(where)]
-    selected = ", ".join(_name(column) for column in returning)
-    if supports_returning():
-        return database.execute_sql(f"{sql} RETURNING {selected}", params).fetchone()
+    if syntax.returning:
+        return database.execute_sql(_returning_text(syntax, sql, tuple(returning)), params).fetchone()
     if database.execute_sql(sql, params).rowcount != 1:
         return None
-    return database.execute_sql(
-        f"SELECT {selected} FROM {_name('runs')} WHERE {_name('id')} = {param}", (run_id,)
-    ).fetchone()
+    return database.execute_sql(_select_text(syntax, "runs", tuple(returning), ("id",), ()), (run_id,)).fetchone()
+
+
+@functools.lru_cache(maxsize=256)
+def _returning_text(syntax: Syntax, sql: str, returning: tuple) -> str:
+    return f"{sql} RETURNING {_names(syntax, returning)}"
 
 
 def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *, notify_channel: str | None = None
@@ -223,14 +264,13 @@ def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *
     """INSERT the event; with `notify_channel` (PostgreSQL) the same round trip also queues the notification
     of the run's id on that channel (sent at commit). On PostgreSQL inside a transaction the insert is
     deferred to the transaction's next statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase)."""
-    fields = RunEvent._meta.columns
-    values = (run_id, sequence, kind, fields["at"].db_value(at), payload_json)
-    columns = ", ".join(_name(column) for column in _EVENT_COLUMNS)
-    sql = f"INSERT INTO {_name('run_events')} ({columns}) VALUES ({_placeholders(len(values))})"
+    syntax = _syntax()
+    values = (run_id, sequence, kind, _EVENT_AT.db_value(at), payload_json)
+    sql = _insert_text(syntax, "run_events", _EVENT_COLUMNS)
     if notify_channel is not None:
-        sql += f"; SELECT pg_notify({database.param}, {database.param})"
+        sql += f"; SELECT pg_notify({syntax.param}, {syntax.param})"
         values = (*values, notify_channel, run_id)
-    if dialect() == "postgresql":
+    if syntax.dialect == "postgresql":
         # Nothing reads the insert's result: it goes to the server with the transaction's next statement.
         database.defer(sql, values)
     else:
