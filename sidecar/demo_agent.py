@@ -148,6 +148,7 @@ def _push_config(params: dict) -> dict | None | bool:
 def _handler(tasks: _Tasks, base_url: str):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # every answer has its length: the sidecar keeps its polls' connection
+        disable_nagle_algorithm = True  # the body, written after the headers, is not held back for their ACK
 
         def log_message(self, format, *args):  # noqa: A002 - the base class's name
             log.debug("demo agent: " + format, *args)
