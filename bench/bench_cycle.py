@@ -78,6 +78,7 @@ CPU_FLOOR_MS = 10.0  # per cycle, all sidecar processes together
 P99_FLOOR_MS = {"fast": 500, "fast push": 150}
 THROUGHPUT_IN_FLIGHT, LATENCY_IN_FLIGHT = 100, 20
 POSTERS = 4  # client threads creating runs
+PG_WORKERS = 2  # worker processes on PostgreSQL unless --processes says otherwise (the floor's two workers)
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,8 @@ def misses(rows: list[Row]) -> list[str]:
 
 def main() -> int:
     parser = arguments(__doc__, quick_help="a few runs per phase; checks they complete, not the floors")
-    parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's)")
+    parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's on "
+                        "SQLite, one per core; 2 on PostgreSQL, the floor's two workers)")
     parser.add_argument("--poll-interval", default="0.05",
                         help="passed to `worker --poll-interval` (default 0.05, as the figures of docs/performance.md)")
     parser.add_argument("--agents", help="comma-separated rows to run (fast, fast push, sdk, sdk push; default: all)")
@@ -310,7 +312,8 @@ def main() -> int:
     try:
         for dialect in args.databases:
             with measuring(dialect, args.quick, problems), scratch_database(dialect) as url:
-                rows += measure(dialect, url, phases, args.quick, worker_args, agents)
+                processes = [] if args.processes or dialect != "postgresql" else ["--processes", str(PG_WORKERS)]
+                rows += measure(dialect, url, phases, args.quick, worker_args + processes, agents)
     finally:
         agents.stop()
     for row in rows:

@@ -16,6 +16,7 @@ from ..bootstrap import from_env as _bind
 from ..config import Settings
 from ..domain.lease import LeasePolicy
 from ..serving.server import DEFAULT_THREADS, DEFAULT_WORKERS
+from ..store import db as store_db
 from ..store import leases
 
 
@@ -78,9 +79,28 @@ def _make_worker(settings: Settings, concurrency: int, poll_interval: float, exe
     )
 
 
+# The defaults of --concurrency and --processes, by the database (docs/configuration.md, "Worker processes").
+# On SQLite more segment threads cost less per run (a claim takes more runs at once; bench/bench_cycle.py), and
+# a process per core (SQLite has one writer, so at most 4) uses the machine. On a server database each thread
+# holds one of a process's pooled connections (store/db.py, POOL_SIZE), and workers are scaled by starting more,
+# where the server's connections allow.
+CONCURRENCY = {"sqlite": 16}
+DEFAULT_CONCURRENCY = 8
+SQLITE_MOST_PROCESSES = 4
+
+
+def sized(kind: str, concurrency: int | None, processes: int | None) -> tuple[int, int]:
+    """(concurrency, processes) for a worker on a database of `kind`: what was given, else the defaults."""
+    if concurrency is None:
+        concurrency = CONCURRENCY.get(kind, DEFAULT_CONCURRENCY)
+    if processes is None:
+        processes = min(os.cpu_count() or 1, SQLITE_MOST_PROCESSES) if kind == "sqlite" else 1
+    return concurrency, processes
+
+
 worker_options = [
-    click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1),
-                 help="Segments executed at once (threads)."),
+    click.option("--concurrency", type=click.IntRange(min=1),
+                 help="Segments executed at once (threads) [default: 16 on SQLite, 8 on a server database]."),
     click.option("--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
                  help="Seconds between polls of the queue for runs queued by other processes."),
     click.option("--executor", default=DEFAULT_EXECUTOR, show_default=True, hidden=True,
@@ -88,9 +108,10 @@ worker_options = [
     click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(min=0),
                  help="On SIGTERM, seconds to let segments finish (their leases are still renewed, so this may "
                       "exceed the lease) before handing the rest back to the queue."),
-    click.option("--processes", default=1, show_default=True, type=click.IntRange(min=1),
+    click.option("--processes", type=click.IntRange(min=1),
                  help="Worker processes, each with --concurrency threads and its own coordinator: one per core "
-                      "uses every core (a process's threads share one interpreter lock)."),
+                      "uses every core (a process's threads share one interpreter lock) [default: one per core, "
+                      "at most 4, on SQLite; 1 on a server database]."),
 ]
 
 
@@ -122,6 +143,7 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
     from ..serving.server import Companion
 
     settings = _bind(migrate=True, wait_for_database=True)
+    concurrency, processes = sized(store_db.dialect(), concurrency, processes)
     if metrics_port is not None:
         # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
         start_http_server(metrics_port, addr=metrics_host)
@@ -183,7 +205,6 @@ def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_inter
     SIGTERM stops gracefully (requests finish, streams end, the worker gets its --grace); SIGHUP replaces
     the HTTP workers and the worker without dropping requests."""
     from ..serving.server import Companion, ServeOptions, SidecarServer
-    from ..store import db as store_db
 
     if demo:
         from .. import demo as demo_setup
@@ -192,6 +213,7 @@ def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_inter
         demo_setup.allow_demo_agent()
     # Here, once: a broken plugin or an old schema stops serve before it listens; an outage is waited out.
     settings = _bind(migrate=True, wait_for_database=True)
+    concurrency, processes = sized(store_db.dialect(), concurrency, processes)
     companion = None
     if not no_worker:
         companion = Companion(_worker_argv(concurrency, poll_interval, executor, grace, processes), grace)

@@ -51,7 +51,9 @@ def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None 
     env: variables over this process's environment; a None value removes one.
     until: ANSWERING or STARTED (see above).
     read_stdout: standard output as a text pipe the test reads (what `serve --demo` prints), else discarded.
+    The embedded worker is one process unless `args` say `--processes` (the default would start one per core).
     """
+    args = args if "--processes" in args else (*args, "--processes", "1")
     merged = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(GENEROUS_LEASE),
               **(env or {})}
     merged = {name: value for name, value in merged.items() if value is not None}

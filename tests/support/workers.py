@@ -27,7 +27,9 @@ from tests.support import GENEROUS_LEASE, ROOT
 
 def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_LEASE, log_path: Path | None = None,
                          env: dict | None = None) -> subprocess.Popen:
-    """Start `nrllm-sidecar worker` in its own process against the test database."""
+    """Start `nrllm-sidecar worker` in its own process against the test database: one worker process unless
+    `args` say `--processes` (the default would start one per core)."""
+    args = args if "--processes" in args else (*args, "--processes", "1")
     env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease), **(env or {})}
     stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the process
     return subprocess.Popen(
