@@ -125,7 +125,7 @@ API = ("api", ["serve", "--no-worker", "--port", "0"], "listening on http://")
 
 
 def worker(threads: int) -> tuple[str, list[str], str]:
-    args = ["worker", "--concurrency", str(threads), "--poll-interval", POLL_INTERVAL]
+    args = ["worker", "--concurrency", str(threads), "--processes", "1", "--poll-interval", POLL_INTERVAL]
     return f"worker-{threads}", args, "started with"
 
 

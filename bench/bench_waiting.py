@@ -239,8 +239,9 @@ def cycles(dialect: str, peer_url: str, count: int) -> tuple[float, float]:
         env = {**os.environ, "NRLLM_DATABASE_URL": url, "NRLLM_SECRET_KEYS": key, "NRLLM_REMOTE_ALLOW": "127.0.0.1"}
         log_path = Path(logs) / "worker.log"
         with open(log_path, "w") as log:
-            worker = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "worker", "--poll-interval", "0.05"],
-                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+            worker = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "worker", "--processes", "1",
+                                       "--poll-interval", "0.05"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=log)
         try:
             deadline = time.monotonic() + 60
             # The clock starts once the worker process is up (imports and start-up are not a cycle).

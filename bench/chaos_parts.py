@@ -105,7 +105,8 @@ class WorkerSlot:
         env = {**self.env, "NRLLM_FAILPOINT": failpoint} if failpoint else self.env
         with open(self.log, "a") as out:
             out.write(f"--- started{' with failpoint ' + failpoint if failpoint else ''} at {time.time():.3f}\n")
-        self.proc = _spawn(["--child-worker", "--concurrency", "4", "--poll-interval", "0.1",
+        # One process per slot: a process the worker started itself would not have the tally tool.
+        self.proc = _spawn(["--child-worker", "--concurrency", "4", "--processes", "1", "--poll-interval", "0.1",
                             "--grace", str(WORKER_GRACE)], env, self.log)
         self.failpoint = failpoint
         self.expected_exit = bool(failpoint)
