@@ -160,7 +160,8 @@ class Worker:
                     self.reap()
                     next_reap = time.monotonic() + self.lease.reap_interval
                 free = self.concurrency - self.active_count()
-                claims = leases.claim_queued(self.id, free, self.lease) if free > 0 else ClaimBatch()
+                wanted = free > 0 and leases.anything_queued()
+                claims = leases.claim_queued(self.id, free, self.lease) if wanted else ClaimBatch()
                 database.after_success()
                 metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
                 for claim in claims:

@@ -15,7 +15,11 @@ from sidecar.store import db as store_db
 from sidecar.store import leases, runs, turns
 from sidecar.store.db import SQLITE_BUSY_TIMEOUT_SECONDS, transactional
 from sidecar.store.models import Run
+from sidecar.testing import StepExecutor
 from tests.support.api import ACTOR
+from tests.support.runs import steps_input
+from tests.support.waiting import wait_until
+from tests.support.workers import worker_in_thread
 
 sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 mysql_only = pytest.mark.parametrize("database_url", ["mysql"], indirect=True)
@@ -273,3 +277,30 @@ def test_a_real_deadlock_is_retried_whole_and_each_transaction_applies_once(data
     assert fewest == 1 and most >= 2
     # Each function's work is there exactly once: 1 + 10 on both rows.
     assert [runs.get_run(run_id).bytes_used for run_id in (first, second)] == [11, 11]
+
+
+@sqlite_only
+def test_a_worker_waiting_for_runs_takes_the_write_lock_only_to_claim_one(database_url, settings):
+    # On SQLite a claim is a write transaction: it holds the one writer's lock. Every look at an empty queue
+    # (each poll, each wake-up that another worker process answered first) took it for nothing, beside the
+    # segments' writes. Fails if the worker's loop claims without a run being queued.
+    db = store_db.database.obj
+    begins: collections.Counter = collections.Counter()
+    begin = db.begin
+
+    def counted(*args, **kwargs):
+        begins[threading.current_thread().name] += 1
+        return begin(*args, **kwargs)
+
+    db.begin = counted
+    worker = worker_in_thread(settings, StepExecutor(), coordinators=0)  # the queue polled every 0.05 s
+    try:
+        time.sleep(0.3)  # its first pass reaps (one transaction)
+        idle_from = begins["worker-loop"]
+        time.sleep(0.5)  # ten looks at an empty queue
+        assert begins["worker-loop"] == idle_from
+        run_id = runs.create_run(ACTOR, steps_input({"event": "work"}, output="claimed"))
+        wait_until(lambda: runs.get_run(run_id).status == "completed", what="the run to complete")
+        assert begins["worker-loop"] == idle_from + 1  # the claim
+    finally:
+        worker.stop(5)

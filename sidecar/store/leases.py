@@ -30,6 +30,13 @@ class Claim:
     holder: str
 
 
+def anything_queued() -> bool:
+    """Whether a claim could find a run now, read without the write transaction a claim is: on SQLite a
+    claim holds the one writer's lock, and a wake-up that rings every worker process finds the run gone in
+    all but one of them."""
+    return statements.anything_queued()
+
+
 @transactional
 def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
     """Claim up to `limit` queued runs, oldest first. Each run is claimed by exactly one holder."""

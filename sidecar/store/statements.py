@@ -99,6 +99,16 @@ def _queued_text(syntax: Syntax, limit: int) -> str:
     return sql if syntax.dialect == "sqlite" else sql + " FOR UPDATE SKIP LOCKED"
 
 
+@functools.lru_cache(maxsize=8)
+def _anything_queued_text(syntax: Syntax) -> str:
+    return (f"SELECT 1 FROM {_name(syntax, 'runs')} WHERE {_name(syntax, 'status')} = {syntax.param} LIMIT 1")
+
+
+def anything_queued() -> bool:
+    """Whether any run is queued: one indexed read, no lock taken."""
+    return database.execute_sql(_anything_queued_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
+
+
 def queued_run_ids(limit: int) -> list[str]:
     """The ids of up to `limit` queued runs, oldest first. On a server database the rows are locked for this
     transaction, and rows another claimer has locked are skipped instead of waited for; SQLite's BEGIN
