@@ -34,7 +34,7 @@ def anything_queued() -> bool:
     """Whether a claim could find a run now, read without the write transaction a claim is: on SQLite a
     claim holds the one writer's lock, and a wake-up that rings every worker process finds the run gone in
     all but one of them."""
-    return statements.anything_queued()
+    return statements.queued_run_exists()
 
 
 @transactional

@@ -100,13 +100,13 @@ def _queued_text(syntax: Syntax, limit: int) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _anything_queued_text(syntax: Syntax) -> str:
+def _queued_run_exists_text(syntax: Syntax) -> str:
     return (f"SELECT 1 FROM {_name(syntax, 'runs')} WHERE {_name(syntax, 'status')} = {syntax.param} LIMIT 1")
 
 
-def anything_queued() -> bool:
+def queued_run_exists() -> bool:
     """Whether any run is queued: one indexed read, no lock taken."""
-    return database.execute_sql(_anything_queued_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
+    return database.execute_sql(_queued_run_exists_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
 
 
 def queued_run_ids(limit: int) -> list[str]:
