@@ -286,8 +286,8 @@ def main() -> int:
     parser = arguments(__doc__, quick_help="a few runs per phase; checks they complete, not the floors")
     parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's on "
                         "SQLite, one per core; 2 on PostgreSQL, the floor's two workers)")
-    parser.add_argument("--poll-interval", default="0.05",
-                        help="passed to `worker --poll-interval` (default 0.05, as the figures of docs/performance.md)")
+    parser.add_argument("--poll-interval", help="passed to `worker --poll-interval` (default: the worker's, 1 s; "
+                        "the API's doorbell wakes the worker processes; figures before ced0d37 used 0.05)")
     parser.add_argument("--agents", help="comma-separated rows to run (fast, fast push, sdk, sdk push; default: all)")
     parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
     args = parser.parse_args()
@@ -297,13 +297,13 @@ def main() -> int:
         phases = tuple(phase for phase in phases if phase.agent in wanted)
         if not phases:
             parser.error(f"--agents names no row: {args.agents}")
-    worker_args = ["--poll-interval", args.poll_interval]
+    worker_args = ["--poll-interval", args.poll_interval] if args.poll_interval else []
     if args.processes:
         worker_args += ["--processes", str(args.processes)]
     if args.concurrency:
         worker_args += ["--concurrency", str(args.concurrency)]
     print(f"cycle benchmark ({'quick' if args.quick else 'full'}): agents polled every {POLL_SECONDS} s, "
-          f"worker {' '.join(worker_args)}")
+          f"worker {' '.join(worker_args) or '(its defaults)'}")
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} (1 min) before this benchmark")
     print(COLUMNS + "  floors", flush=True)
     agents = Agents()
