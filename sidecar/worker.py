@@ -160,7 +160,7 @@ class Worker:
                     self.reap()
                     next_reap = time.monotonic() + self.lease.reap_interval
                 free = self.concurrency - self.active_count()
-                wanted = free > 0 and leases.anything_queued()
+                wanted = free > 0 and leases.worth_claiming()
                 claims = leases.claim_queued(self.id, free, self.lease) if wanted else ClaimBatch()
                 database.after_success()
                 metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
