@@ -170,10 +170,16 @@ def test_a_worker_serves_its_own_counters_on_its_metrics_port(database_url, tmp_
     proc = start_worker_process(database_url, *STEPS, "--metrics-port", str(port), log_path=tmp_path / "w.log")
     try:
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="the run to complete")
-        scraped = scrape(port)
+        # The outcome is counted after the commit that completed the run: a scrape right after may be first.
+        completed = 'nrllm_segment_outcomes_total{outcome="completed"} 1.0'
+
+        def counted() -> str | None:
+            text = scrape(port)
+            return text if completed in text else None
+
+        scraped = wait_until(counted, timeout=30, what="the completed segment counted")
     finally:
         stop_process(proc)
-    assert 'nrllm_segment_outcomes_total{outcome="completed"} 1.0' in scraped, scraped
     assert "nrllm_claims_total 1.0" in scraped
 
 
