@@ -281,10 +281,7 @@ def send_row_of(cancel_row: Outbound) -> Outbound | None:
 def cancels_due(now: datetime, *, max_attempts: int, limit: int = 50) -> list[Outbound]:
     """Pending cancel rows never tried, or whose next attempt is due, with attempts left. Read through
     the outcome index."""
-    return list(Outbound.select()
-                .where(Outbound.outcome == PENDING, Outbound.kind == CANCEL, Outbound.attempts < max_attempts,
-                       Outbound.next_attempt_at.is_null() | (Outbound.next_attempt_at <= now))
-                .order_by(Outbound.created_at).limit(limit))
+    return statements.journal_rows_due(PENDING, CANCEL, now, max_attempts, limit)
 
 
 @transactional

@@ -16,12 +16,14 @@ from typing import NamedTuple
 
 from ..domain.vocabulary import RunStatus
 from .db import database, dialect_of, returning_in
-from .models import Run, RunEvent
+from .models import DependencyWait, Outbound, Run, RunEvent
 
 _RUN_FIELDS = Run._meta.columns  # column name -> field
 RUN_COLUMNS = tuple(_RUN_FIELDS)  # every column of a run
 _EVENT_COLUMNS = ("run_id", "sequence", "kind", "at", "payload")
 _EVENT_AT = RunEvent._meta.columns["at"]
+_POLL_AT = DependencyWait._meta.columns["next_poll_at"]
+_OUTBOUND_FIELDS = Outbound._meta.columns
 
 
 class Syntax(NamedTuple):
@@ -108,6 +110,35 @@ def _queued_run_exists_text(syntax: Syntax) -> str:
 def queued_run_exists() -> bool:
     """Whether any run is queued: one indexed read, no lock taken."""
     return database.execute_sql(_queued_run_exists_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
+
+
+@functools.lru_cache(maxsize=8)
+def _earliest_poll_text(syntax: Syntax) -> str:
+    poll = _name(syntax, "next_poll_at")
+    return (f"SELECT {poll} FROM {_name(syntax, 'dependency_waits')} WHERE {_name(syntax, 'resolved_at')} IS NULL"
+            f" AND {poll} IS NOT NULL ORDER BY {poll} LIMIT 1")
+
+
+def earliest_poll():
+    """The earliest next poll of an open wait (the due index's first entry), or None. Each coordinator asks
+    before and after every look at the due index."""
+    row = database.execute_sql(_earliest_poll_text(_syntax())).fetchone()
+    return _POLL_AT.python_value(row[0]) if row else None
+
+
+@functools.lru_cache(maxsize=8)
+def _journal_rows_due_text(syntax: Syntax, limit: int) -> str:
+    attempt_at = _name(syntax, "next_attempt_at")
+    return (f"SELECT * FROM {_name(syntax, 'outbound')} WHERE {_conditions(syntax, ('outcome', 'kind'))}"
+            f" AND {_name(syntax, 'attempts')} < {syntax.param} AND ({attempt_at} IS NULL OR {attempt_at} <= "
+            f"{syntax.param}) ORDER BY {_name(syntax, 'created_at')} LIMIT {int(limit)}")
+
+
+def journal_rows_due(outcome: str, kind: str, now, max_attempts: int, limit: int) -> list:
+    """Journal rows of `kind` with `outcome` that have attempts left and are due at `now` (never tried, or
+    their next attempt's time passed), oldest first. Each coordinator asks at every look."""
+    params = (outcome, kind, int(max_attempts), _OUTBOUND_FIELDS["next_attempt_at"].db_value(now))
+    return _instances(Outbound, database.execute_sql(_journal_rows_due_text(_syntax(), limit), params))
 
 
 def queued_run_ids(limit: int) -> list[str]:

@@ -170,10 +170,7 @@ def run_deadline_of(wait: DependencyWait) -> datetime | None:
 
 def earliest_due() -> datetime | None:
     """The next time any open wait is due (the index's first entry): how long a coordinator may sleep."""
-    first = (DependencyWait.select(DependencyWait.next_poll_at)
-             .where(DependencyWait.resolved_at.is_null(), DependencyWait.next_poll_at.is_null(False))
-             .order_by(DependencyWait.next_poll_at).first())
-    return first.next_poll_at if first else None
+    return statements.earliest_poll()
 
 
 @transactional
