@@ -106,7 +106,7 @@ def delete_agent(name: str) -> None:
 
 
 def list_agents() -> list[RemoteAgent]:
-    return list(RemoteAgent.select().order_by(RemoteAgent.name))
+    return statements.select_all(RemoteAgent, "name")  # every coordinator tick reads them
 
 
 def get_agent(name: str) -> RemoteAgent | None:

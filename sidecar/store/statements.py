@@ -162,6 +162,79 @@ def select_many(model, **equal) -> list:
     return _instances(model, database.execute_sql(sql, params))
 
 
+@functools.lru_cache(maxsize=1024)
+def _select_in_text(syntax: Syntax, table: str, column: str, count: int) -> str:
+    return f"SELECT * FROM {_name(syntax, table)} WHERE {_name(syntax, column)} IN ({_placeholders(syntax, count)})"
+
+
+def select_in(model, column: str, values) -> list:
+    """The rows of `model` whose `column` is one of `values` (a list), as model instances."""
+    field = model._meta.columns[column]
+    sql = _select_in_text(_syntax(), model._meta.table_name, column, len(values))
+    return _instances(model, database.execute_sql(sql, [field.db_value(value) for value in values]))
+
+
+@functools.lru_cache(maxsize=64)
+def _select_all_text(syntax: Syntax, table: str, order_by: str) -> str:
+    return f"SELECT * FROM {_name(syntax, table)} ORDER BY {_name(syntax, order_by)}"
+
+
+def select_all(model, order_by: str) -> list:
+    """Every row of `model`, ordered by `order_by`, as model instances (small tables only)."""
+    return _instances(model, database.execute_sql(_select_all_text(_syntax(), model._meta.table_name, order_by)))
+
+
+_WAIT_FIELDS = DependencyWait._meta.columns
+_WAIT_COLUMNS = tuple(_WAIT_FIELDS)
+
+
+@functools.lru_cache(maxsize=64)
+def _due_waits_text(syntax: Syntax, limit: int) -> str:
+    def wait(column):
+        return f"w.{_name(syntax, column)}"
+
+    sql = (f"SELECT {', '.join(wait(c) for c in _WAIT_COLUMNS)}, a.{_name(syntax, 'poll_interval_seconds')},"
+           f" r.{_name(syntax, 'deadline_at')} FROM {_name(syntax, 'dependency_waits')} AS w"
+           f" JOIN {_name(syntax, 'remote_agents')} AS a ON {wait('remote_agent')} = a.{_name(syntax, 'name')}"
+           f" JOIN {_name(syntax, 'runs')} AS r ON {wait('run_id')} = r.{_name(syntax, 'id')}"
+           f" WHERE {wait('resolved_at')} IS NULL AND {wait('next_poll_at')} <= {syntax.param}"
+           f" ORDER BY {wait('next_poll_at')}, {wait('id')} LIMIT {int(limit)}")
+    return sql + " FOR UPDATE OF w SKIP LOCKED" if syntax.dialect == "postgresql" else sql
+
+
+def due_waits(now, limit: int) -> list:
+    """Up to `limit` open waits due at `now`, earliest first, each with its agent's `poll_interval` (seconds)
+    and its run's `run_deadline_at`. On PostgreSQL the rows are locked for this transaction, and rows another
+    coordinator holds are skipped."""
+    cursor = database.execute_sql(_due_waits_text(_syntax(), limit), (_POLL_AT.db_value(now),))
+    found = []
+    for row in cursor.fetchall():
+        wait = DependencyWait(__no_default__=1)
+        for column, value in zip(_WAIT_COLUMNS, row, strict=False):
+            field = _WAIT_FIELDS[column]
+            wait.__data__[field.name] = field.python_value(value)
+        wait.poll_interval = row[-2]
+        wait.run_deadline_at = _RUN_FIELDS["deadline_at"].python_value(row[-1])
+        found.append(wait)
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _update_in_text(syntax: Syntax, table: str, values: tuple, column: str, count: int) -> str:
+    assignments = ", ".join(f"{_name(syntax, c)} = {syntax.param}" for c in values)
+    return (f"UPDATE {_name(syntax, table)} SET {assignments}"
+            f" WHERE {_name(syntax, column)} IN ({_placeholders(syntax, count)})")
+
+
+def update_in(model, column: str, keys: list, values: dict) -> int:
+    """UPDATE the rows of `model` whose `column` is one of `keys`: set `values` (by column name). Returns how
+    many rows matched."""
+    fields = model._meta.columns
+    sql = _update_in_text(_syntax(), model._meta.table_name, tuple(values), column, len(keys))
+    params = [*(fields[c].db_value(v) for c, v in values.items()), *(fields[column].db_value(k) for k in keys)]
+    return database.execute_sql(sql, params).rowcount
+
+
 def run_from_row(columns: tuple[str, ...], row: tuple):
     """A run (model instance) from `columns` and their values as the database returned them."""
     instance = Run(__no_default__=1)

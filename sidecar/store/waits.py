@@ -23,7 +23,7 @@ from ..domain.vocabulary import OutboundOutcome, RunStatus
 from . import events, leases, notify, outbound, statements, status_guard
 from .db import database, dialect, transactional
 from .leases import Claim
-from .models import DependencyWait, Outbound, RemoteAgent, Run
+from .models import DependencyWait, Outbound, Run
 
 WAITING = RunStatus.WAITING_FOR_DEPENDENCY.value
 
@@ -128,21 +128,8 @@ def _claim_due(limit: int, now: datetime) -> ClaimBatch:
     # guarded UPDATE per row (a due time another coordinator moved meanwhile is not ours).
     # Read the whole batch before writing: on SQLite a connection that writes while its own read is
     # still open works on a stale snapshot and fails at once ("database is locked") instead of waiting.
-    query = (
-        DependencyWait.select(DependencyWait, RemoteAgent.poll_interval_seconds.alias("poll_interval"),
-                              Run.deadline_at.alias("run_deadline_at"))
-        .join(RemoteAgent, on=(DependencyWait.remote_agent == RemoteAgent.name))
-        .switch(DependencyWait)
-        .join(Run, on=(DependencyWait.run == Run.id))
-        .where(DependencyWait.resolved_at.is_null(), DependencyWait.next_poll_at <= now)
-        .order_by(DependencyWait.next_poll_at, DependencyWait.id)
-        .limit(limit)
-        .objects()
-    )
     kind = dialect()
-    if kind == "postgresql":
-        query = query.for_update(of=DependencyWait, skip_locked=True)
-    due = list(query)
+    due = statements.due_waits(now, limit)
     by_time: dict[datetime, list[str]] = {}
     for wait in due:
         deadline = earliest(wait.deadline_at, wait.run_deadline_at)
@@ -153,7 +140,7 @@ def _claim_due(limit: int, now: datetime) -> ClaimBatch:
         by_time.setdefault(wait.claimed_next_poll_at, []).append(wait.id)
     if kind != "mysql":
         for following, ids in by_time.items():
-            DependencyWait.update(next_poll_at=following).where(DependencyWait.id.in_(ids)).execute()
+            statements.update_in(DependencyWait, "id", ids, {"next_poll_at": following})
         return ClaimBatch(due)
     taken = [wait for wait in due if DependencyWait.update(next_poll_at=wait.claimed_next_poll_at).where(
         DependencyWait.id == wait.id, DependencyWait.next_poll_at == wait.next_poll_at,
