@@ -280,27 +280,31 @@ def test_a_real_deadlock_is_retried_whole_and_each_transaction_applies_once(data
 
 
 @sqlite_only
-def test_a_worker_waiting_for_runs_takes_the_write_lock_only_to_claim_one(database_url, settings):
+def test_a_worker_waiting_for_runs_takes_the_write_lock_only_to_claim_one(database_url, settings, monkeypatch):
     # On SQLite a claim is a write transaction: it holds the one writer's lock. Every look at an empty queue
     # (each poll, each wake-up that another worker process answered first) took it for nothing, beside the
     # segments' writes. Fails if the worker's loop claims without a run being queued.
     db = store_db.database.obj
     begins: collections.Counter = collections.Counter()
-    begin = db.begin
+    begin, worth_claiming = db.begin, leases.worth_claiming
+    looks: list = []
 
     def counted(*args, **kwargs):
         begins[threading.current_thread().name] += 1
         return begin(*args, **kwargs)
 
+    def looked() -> bool:
+        looks.append(1)
+        return worth_claiming()
+
     db.begin = counted
+    monkeypatch.setattr(leases, "worth_claiming", looked)
     worker = worker_in_thread(settings, StepExecutor(), coordinators=0)  # the queue polled every 0.05 s
     try:
-        time.sleep(0.3)  # its first pass reaps (one transaction)
-        idle_from = begins["worker-loop"]
-        time.sleep(0.5)  # ten looks at an empty queue
-        assert begins["worker-loop"] == idle_from
+        wait_until(lambda: len(looks) >= 5, what="the loop to look at the empty queue five times")
+        assert begins["worker-loop"] == 0  # (its first pass reaps: a read, with nothing expired)
         run_id = runs.create_run(ACTOR, steps_input({"event": "work"}, output="claimed"))
         wait_until(lambda: runs.get_run(run_id).status == "completed", what="the run to complete")
-        assert begins["worker-loop"] == idle_from + 1  # the claim
+        assert begins["worker-loop"] == 1  # the claim
     finally:
         worker.stop(5)
