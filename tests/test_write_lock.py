@@ -111,7 +111,7 @@ def test_a_process_killed_holding_the_lock_leaves_it_free(tmp_path):
         holder.join(30)
         started = time.monotonic()
         _increment(db)
-        assert time.monotonic() - started < 2  # free at once, not after the busy timeout
+        assert time.monotonic() - started < 4  # free at once, not after the busy timeout (5 s)
     finally:
         if holder.is_alive():
             holder.kill()
