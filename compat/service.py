@@ -26,12 +26,6 @@ def declarations() -> dict[str, Declaration]:
     return found
 
 
-# The application keeps the last gate built, with what it was built from: the plugins loaded and the report's
-# time (Application.gate_built). A segment asks the gate at least twice (the offer of delegation tools, the
-# guard of the suspension), and building it reads the report's rows and every plugin's declarations; reading
-# the report's time is one small indexed read.
-
-
 def _plugins_loaded() -> tuple:
     """What the declarations depend on: the plugin manager and the plugins registered with it now."""
     pm = plugin_manager()
@@ -41,7 +35,10 @@ def _plugins_loaded() -> tuple:
 def current_gate() -> Gate:
     """The gate as of now. Built again only when the report changed (every change of the report moves its
     time, in the transaction that changes its rows, so the time read in a transaction names the rows it sees)
-    or the plugins did; otherwise the gate built last."""
+    or the plugins did; otherwise the gate built last, which the application keeps with what it was built from
+    (Application.gate_built). A segment asks the gate at least twice (the offer of delegation tools, the guard
+    of the suspension), and building it reads the report's rows and every plugin's declarations; reading the
+    report's time is one small indexed read."""
     app = current()
     key = (_plugins_loaded(), consumer_store.reported_time())
     built = app.gate_built

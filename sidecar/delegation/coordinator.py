@@ -257,7 +257,7 @@ class Coordinator:
             return True
         detail = {"deadline_at": wait.deadline_at.isoformat()}
         if resolutions.resolve_wait(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
-                               resolution="timeout", detail=detail, cancel_remote=True):
+                                    resolution="timeout", detail=detail, cancel_remote=True):
             log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
         return True
 
@@ -336,5 +336,5 @@ class Coordinator:
 
     def _resolve(self, wait, checkpoint: dict, text: str, detail: dict, bytes_received: int = 0) -> None:
         if resolutions.resolve_wait(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,
-                               bytes_received=bytes_received):
+                                    bytes_received=bytes_received):
             log.info("run %s resumed with the answer of %s", wait.run_id, wait.remote_agent)

@@ -93,6 +93,6 @@ def _settle(wait, row: Outbound, sent, agent_name: str) -> None:
         except (remote.KeyMissing, remote.Tampered):
             turn_index = None  # the coordinator deals with the checkpoint (and polls a task) when it looks
         if turn_index is not None and resolutions.resolve_wait(wait, turn_index=turn_index, result=text,
-                                                    detail={"outbound_id": row.id, "outcome": row.outcome}):
+                                                         detail={"outbound_id": row.id, "outcome": row.outcome}):
             return
     waits.poll_now(wait.id)

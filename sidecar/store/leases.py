@@ -48,7 +48,8 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
     claims = ClaimBatch()
     # Where UPDATE ... RETURNING exists the claim returns the whole row, as written: the segment's run,
     # without a read of its own after the commit.
-    whole_row = statements.RUN_COLUMNS if supports_returning() else ("lease_epoch", "last_event_sequence")
+    returns_row = supports_returning()
+    whole_row = statements.RUN_COLUMNS if returns_row else ("lease_epoch", "last_event_sequence")
     for run_id in statements.queued_run_ids(limit):
         claimed = statements.update_run(
             run_id,
@@ -63,7 +64,7 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
         if claimed is None:
             claims.conflicts += 1
             continue
-        if len(claimed) > 2:
+        if returns_row:
             run = statements.run_from_row(whole_row, claimed)
             epoch, sequence = run.lease_epoch, run.last_event_sequence
             claims.rows[run_id] = run

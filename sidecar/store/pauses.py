@@ -144,7 +144,7 @@ class NewDecision:
 
 
 def store_decision(run: Run, pause: PersonPause, d: NewDecision, *, holder: str | None = None,
-         lease: LeasePolicy | None = None) -> tuple[Decision, Claim | None, int]:
+                   lease: LeasePolicy | None = None) -> tuple[Decision, Claim | None, int]:
     """Claim the pause for `d`, store it and queue the run with a reference to it; with a holder, also claim
     the run's lease (decide-now). Returns the decision, the claim and the `decision` event's sequence.
     Call inside a write transaction; raises PauseTaken when it lost the race.

@@ -184,8 +184,8 @@ def select_all(model, order_by: str) -> list:
     return _instances(model, database.execute_sql(_select_all_text(_syntax(), model._meta.table_name, order_by)))
 
 
-_WAIT_FIELDS = DependencyWait._meta.columns
-_WAIT_COLUMNS = tuple(_WAIT_FIELDS)
+_WAIT_COLUMNS = tuple(DependencyWait._meta.columns)
+_WAIT_FIELD_LIST = tuple(DependencyWait._meta.columns.values())
 
 
 @functools.lru_cache(maxsize=64)
@@ -209,10 +209,7 @@ def due_waits(now, limit: int) -> list:
     cursor = database.execute_sql(_due_waits_text(_syntax(), limit), (_POLL_AT.db_value(now),))
     found = []
     for row in cursor.fetchall():
-        wait = DependencyWait(__no_default__=1)
-        for column, value in zip(_WAIT_COLUMNS, row, strict=False):
-            field = _WAIT_FIELDS[column]
-            wait.__data__[field.name] = field.python_value(value)
+        wait = _from_row(DependencyWait, _WAIT_FIELD_LIST, row[:-2])
         wait.poll_interval = row[-2]
         wait.run_deadline_at = _RUN_FIELDS["deadline_at"].python_value(row[-1])
         found.append(wait)
@@ -237,11 +234,7 @@ def update_in(model, column: str, keys: list, values: dict) -> int:
 
 def run_from_row(columns: tuple[str, ...], row: tuple):
     """A run (model instance) from `columns` and their values as the database returned them."""
-    instance = Run(__no_default__=1)
-    for column, value in zip(columns, row, strict=True):
-        field = _RUN_FIELDS[column]
-        instance.__data__[field.name] = field.python_value(value)
-    return instance
+    return _from_row(Run, [_RUN_FIELDS[column] for column in columns], row)
 
 
 def add_to(model, column: str, amount: int, **equal) -> int:
@@ -312,13 +305,16 @@ def _instances(model, cursor) -> list:
     # which cost as much again as the query for the 34 columns of a run.
     fields = model._meta.columns
     named = [fields[column] for column, *_ in cursor.description]
-    found = []
-    for row in rows:
-        instance = model(__no_default__=1)
-        for field, value in zip(named, row, strict=True):
-            instance.__data__[field.name] = field.python_value(value)
-        found.append(instance)
-    return found
+    return [_from_row(model, named, row) for row in rows]
+
+
+def _from_row(model, fields, row):
+    """An instance of `model` from `row`, the values of `fields` as the database returned them: each through
+    its field, as peewee's own reading of a row makes it."""
+    instance = model(__no_default__=1)
+    for field, value in zip(fields, row, strict=True):
+        instance.__data__[field.name] = field.python_value(value)
+    return instance
 
 
 def insert_values(model, values: dict) -> None:

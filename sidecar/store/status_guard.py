@@ -14,6 +14,7 @@ from ..domain.vocabulary import BASE_STATUSES
 # (status, origin) -> None when writable, else the reason.
 Guard = Callable[[str, str | None], str | None]
 
+
 def install(guard: Guard | None) -> None:
     """The application's guard (None: none is installed)."""
     current().status_guard = guard

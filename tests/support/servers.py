@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.support import GENEROUS_LEASE, ROOT
 from tests.support.waiting import wait_until
-from tests.support.workers import stop_process
+from tests.support.workers import one_worker_process, stop_process
 
 STEPS = ("--executor", "sidecar.testing:StepExecutor")
 BIN = Path(sys.executable).parent  # where pip put the nrllm-sidecar command of this environment
@@ -53,7 +53,7 @@ def start_serve(database_url: str, log_path: Path, *args: str, env: dict | None 
     read_stdout: standard output as a text pipe the test reads (what `serve --demo` prints), else discarded.
     The embedded worker is one process unless `args` say `--processes` (the default would start one per core).
     """
-    args = args if "--processes" in args else (*args, "--processes", "1")
+    args = one_worker_process(args)
     merged = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(GENEROUS_LEASE),
               **(env or {})}
     merged = {name: value for name, value in merged.items() if value is not None}

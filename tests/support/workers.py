@@ -25,11 +25,17 @@ from sidecar.worker import Worker
 from tests.support import GENEROUS_LEASE, ROOT
 
 
+def one_worker_process(args: tuple[str, ...]) -> tuple[str, ...]:
+    """`worker` or `serve` arguments for one worker process unless they say `--processes` (the default on
+    SQLite is one per core, which a test would not expect)."""
+    return args if "--processes" in args else (*args, "--processes", "1")
+
+
 def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_LEASE, log_path: Path | None = None,
                          env: dict | None = None) -> subprocess.Popen:
     """Start `nrllm-sidecar worker` in its own process against the test database: one worker process unless
     `args` say `--processes` (the default would start one per core)."""
-    args = args if "--processes" in args else (*args, "--processes", "1")
+    args = one_worker_process(args)
     env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease), **(env or {})}
     stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the process
     return subprocess.Popen(
