@@ -61,9 +61,17 @@ class Segment:
     def clear_pending_effect(self) -> None:
         self.update(pending_effect=None)
 
-    def save_turn(self, index: int, message: dict, *, tokens: int, cost: float, event: dict) -> None:
-        """Write a model turn ahead of its tools, with its budget counts and its `llm` event (one transaction)."""
-        self.guarded(turns.save_turn, index, message, tokens, cost, event)
+    def save_turn(self, index: int, message: dict, *, tokens: int, cost: float, event: dict) -> bool:
+        """Write a model turn ahead of its tools, with its budget counts and its `llm` event (one transaction).
+        Returns whether a cancel is requested, as the run row it wrote says."""
+        return self.guarded(turns.save_turn, index, message, tokens, cost, event)
+
+    def complete_with_turn(self, index: int, message: dict, *, tokens: int, cost: float, event: dict,
+                           output: str) -> SegmentOutcome:
+        """save_turn() of the run's last turn (one that calls no tool) and complete() with `output`, in one
+        transaction."""
+        self.guarded(turns.save_final_turn, index, message, tokens, cost, event, output)
+        return SegmentOutcome.COMPLETED
 
     def save_tool_result(
         self, turn_index: int, tool_call_id: str, name: str, result: str, *, event: dict,

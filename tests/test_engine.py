@@ -10,12 +10,13 @@ import pytest
 from sidecar.domain.errors import LeaseLost
 from sidecar.domain.vocabulary import SegmentOutcome, ToolEffect
 from sidecar.engine import AgentLoop
+from sidecar.engine.providers import ScriptedProvider
 from sidecar.segment import Segment
-from sidecar.store import events, runs
+from sidecar.store import events, runs, turns
 from sidecar.store.models import ModelTurn, Run, ToolResult
 from tests.support.engine import CallLog, Crash, FunctionTool, registry, request_cancel, requeue_as_the_reaper_would
 from tests.support.runs import event_kinds, run_row
-from tests.support.segments import drive_segment
+from tests.support.segments import claim_next, drive_segment
 from tests.support.waiting import wait_until
 
 
@@ -163,6 +164,26 @@ def test_a_cancel_requested_by_a_tool_ends_the_run_at_the_next_boundary(database
     assert event_kinds(run_id)[-1] == "status"
 
 
+def test_a_cancel_requested_while_the_model_answers_ends_the_run_before_its_tools_run(database_url):
+    # The saved turn's write reads the cancel mark back; the boundary before its first tool call takes that one.
+    class CancellingProvider:
+        name = "cancelling"
+
+        def next_turn(self, request):
+            request_cancel(request.run_id)  # the host cancels while the model is answering
+            return ScriptedProvider().next_turn(request)
+
+    log = CallLog()
+    base = registry(log=log)
+    loop = AgentLoop(replace(base, providers={**base.providers, "cancelling": CancellingProvider()}))
+    run_id = runs.create_run("be_user:7", "hi", spec={"provider": "cancelling", "script": [
+        {"tool_calls": [_call("echo", {"text": "no"})]}, {"content": "never"}]})
+    assert drive_segment(loop=loop) is SegmentOutcome.CANCELLED
+    assert run_row(run_id).status == "cancelled"
+    assert "start echo" not in log.lines
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 1  # the turn was saved before
+
+
 def test_a_cancel_requested_while_a_tool_sleeps_ends_the_run_long_before_the_sleep_would(database_url):
     run_id = _run([{"tool_calls": [_call("sleep", {"seconds": 60})]}, {"content": "never"}])
     outcome, log = [], CallLog()
@@ -248,19 +269,43 @@ def test_a_retried_segment_does_not_run_a_tool_whose_result_was_saved(database_u
     assert ToolResult.select().where(ToolResult.run == run_id).count() == 1
 
 
-class _CrashOnComplete(Segment):
-    def complete(self, output):
-        raise Crash("died between saving the final turn and completing")
+def test_the_final_turn_is_saved_with_the_completion_or_not_at_all(database_url, monkeypatch):
+    log = CallLog()
+    run_id = _run([{"content": "final answer"}])
+
+    def dies_completing(*args, **kwargs):
+        raise Crash("died inside the transaction that saves the final turn and completes the run")
+
+    monkeypatch.setattr(turns, "write_finish", dies_completing)
+    with pytest.raises(Crash):
+        drive_segment(loop=AgentLoop(registry(log=log)))
+    # One transaction: the turn, its count and its llm event were undone with the completion.
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 0
+    assert (run_row(run_id).status, run_row(run_id).iterations_used) == ("running", 0)
+    assert "llm" not in event_kinds(run_id)
+
+    monkeypatch.undo()
+    requeue_as_the_reaper_would(run_id)
+    assert drive_segment(loop=AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
+    assert _provider_calls(log, run_id) == [0, 0]  # the turn was never saved: asking again is right
+    row = run_row(run_id)
+    assert (row.output, row.iterations_used, row.lease_holder) == ("final answer", 1, None)
+    assert event_kinds(run_id)[-2:] == ["llm", "status"]
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 1
 
 
 def test_a_saved_final_turn_completes_a_retried_segment_without_asking_again(database_url):
+    # What an earlier release, which saved the final turn and completed in two transactions, could leave: the
+    # final turn saved and the run still running when its worker died.
     log = CallLog()
     run_id = _run([{"content": "final answer"}])
-    with pytest.raises(Crash):
-        drive_segment(loop=AgentLoop(registry(log=log)), segment_class=_CrashOnComplete)
+    segment = Segment(claim_next(run_id), runs.get_run(run_id))
+    message = {"content": "final answer"}  # as Turn.message() saves it
+    segment.save_turn(0, message, tokens=0, cost=0.0, event={"index": 0, "content": "final answer"})
     requeue_as_the_reaper_would(run_id)
+
     assert drive_segment(loop=AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
-    assert _provider_calls(log, run_id) == [0]
+    assert _provider_calls(log, run_id) == []
     assert run_row(run_id).output == "final answer"
 
 

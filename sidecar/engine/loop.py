@@ -78,6 +78,8 @@ class _RunSegment:
         self.budget = _budget_of(segment.run)
         self.conversation = Conversation(segment.run.input)
         self.approved: set[int] = set()  # turns a person approved (read once per turn)
+        # The cancel mark as the run row last read says, until a step boundary takes it (_cancel_requested).
+        self.cancel_mark: bool | None = segment.run.cancel_requested_at is not None
         self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
 
     def execute(self) -> SegmentOutcome:
@@ -127,7 +129,10 @@ class _RunSegment:
                 self._approve_turn()
                 self._run_tool(call)
             self._boundary(asking_model=True)
-            self._save(self._ask(provider))
+            turn = self._ask(provider)
+            if turn.is_final:
+                return self._save_final(turn)
+            self._save(turn)
 
     def _withhold_delegation(self) -> dict[str, str]:
         """Take delegation tools out of the offer while the gate refuses waiting_for_dependency; name -> why."""
@@ -141,7 +146,7 @@ class _RunSegment:
 
     def _boundary(self, *, asking_model: bool) -> None:
         """Raise Interrupted when the run must stop before its next step."""
-        if self.segment.cancel_requested():
+        if self._cancel_requested():
             raise Interrupted(CANCEL_REQUESTED)
         stop = self.budget.stop(utcnow(), asking_model=asking_model)
         if stop is not None:
@@ -167,7 +172,22 @@ class _RunSegment:
             raise ProviderError(f"the provider raised {type(exc).__name__}: {exc}") from exc
         return assign_call_ids(turn, self.conversation.call_ids, len(self.conversation.turns))
 
+    def _cancel_requested(self) -> bool:
+        """The run's cancel mark. Right after a read of the run row (the claim's, a saved turn's update) the mark
+        that read returned is as fresh as another read would be: the first boundary after it takes that one."""
+        known, self.cancel_mark = self.cancel_mark, None
+        return known if known is not None else self.segment.cancel_requested()
+
     def _save(self, turn: Turn) -> None:
+        self.cancel_mark = self.segment.save_turn(**self._turn_record(turn))
+        self.conversation.add_turn(turn)
+        self.budget = self.budget.spend(turn.tokens, turn.cost)
+
+    def _save_final(self, turn: Turn) -> SegmentOutcome:
+        """A turn that calls no tool ends the run: saved with the run's completion, one write instead of two."""
+        return self.segment.complete_with_turn(**self._turn_record(turn), output=turn.content or "")
+
+    def _turn_record(self, turn: Turn) -> dict:
         index = len(self.conversation.turns)
         event = {
             "index": index,
@@ -177,9 +197,7 @@ class _RunSegment:
             "tokens": turn.tokens,
             "cost": turn.cost,
         }
-        self.segment.save_turn(index, turn.message(), tokens=turn.tokens, cost=turn.cost, event=event)
-        self.conversation.add_turn(turn)
-        self.budget = self.budget.spend(turn.tokens, turn.cost)
+        return {"index": index, "message": turn.message(), "tokens": turn.tokens, "cost": turn.cost, "event": event}
 
     # -- tool calls ----------------------------------------------------------------------------
 

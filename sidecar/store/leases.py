@@ -87,19 +87,26 @@ def fenced_update(claim: Claim, **values) -> None:
 
 def fenced_update_with_event(claim: Claim, kind: str, payload: dict, *, add: dict | None = None, **values) -> int:
     """fenced_update() and the event that describes it: one UPDATE of the run row (which also takes the event's
-    sequence and adds `add`'s amounts to its counters) and the event's INSERT."""
+    sequence and adds `add`'s amounts to its counters) and the event's INSERT. Returns the event's sequence."""
+    (sequence,) = fenced_update_returning(claim, kind, payload, (), add=add, **values)
+    return sequence
+
+
+def fenced_update_returning(claim: Claim, kind: str, payload: dict, columns: tuple[str, ...], *,
+                            add: dict | None = None, **values) -> tuple:
+    """fenced_update_with_event(), which also reads `columns` of the run row as written (in the same statement
+    where UPDATE ... RETURNING exists): the event's sequence, then their values as the database returned them."""
     written = statements.update_run(
         claim.run_id,
         where={"lease_epoch": claim.epoch, "status": RUNNING},
         values={**values, "updated_at": utcnow()},
         add={**(add or {}), "last_event_sequence": 1},
-        returning=("last_event_sequence",),
+        returning=("last_event_sequence", *columns),
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
-    (sequence,) = written
-    events.record(claim.run_id, sequence, kind, payload)
-    return sequence
+    events.record(claim.run_id, written[0], kind, payload)
+    return tuple(written)
 
 
 @transactional
@@ -125,6 +132,11 @@ def renew(claim: Claim, lease: LeasePolicy) -> bool:
 @transactional
 def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason: str | None = None) -> None:
     """End the run (terminal status) under the fence."""
+    write_finish(claim, status, output=output, reason=reason)
+
+
+def write_finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason: str | None = None) -> None:
+    """finish(), inside the caller's transaction (with the write that ends the segment: turns.save_final_turn)."""
     if not status.is_terminal:
         raise ValueError(f"finish() takes a terminal status, not {status}")
     now = utcnow()

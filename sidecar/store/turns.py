@@ -9,24 +9,43 @@ the tool again.
 import json
 
 from ..domain.clock import utcnow
+from ..domain.vocabulary import RunStatus, TerminationReason
 from . import outbound, statements
 from .db import transactional
-from .leases import Claim, fenced_update_with_event
+from .leases import Claim, fenced_update_returning, fenced_update_with_event, write_finish
 from .models import ModelTurn, ToolResult
 
 
 @transactional
-def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> None:
-    """Save turn `index` of the claimed run, count it against the budget and append its `llm` event."""
-    fenced_update_with_event(
+def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> bool:
+    """Save turn `index` of the claimed run, count it against the budget and append its `llm` event. Returns
+    whether a cancel is requested, as the run row this write updated says (the segment's next step boundary
+    needs no read of its own)."""
+    return _write_turn(claim, index, message, tokens, cost, event)
+
+
+@transactional
+def save_final_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
+                    output: str) -> None:
+    """Save the run's last turn (it calls no tool), as save_turn() does, and complete the run with `output`, in
+    one transaction. Nothing happens between the two that a retry would need the saved turn for: a segment
+    lost before this commits asks the model again, as one lost before saving any turn does."""
+    _write_turn(claim, index, message, tokens, cost, event)
+    write_finish(claim, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value)
+
+
+def _write_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> bool:
+    _, cancel_requested_at = fenced_update_returning(
         claim,
         "llm",
         event,
+        ("cancel_requested_at",),
         add={"iterations_used": 1, "tokens_used": tokens, "cost_used": cost},
     )
     statements.insert_values(ModelTurn, {
         "run_id": claim.run_id, "index": index, "message": json.dumps(message, sort_keys=True), "tokens": tokens,
         "cost": cost, "created_at": utcnow()})
+    return cancel_requested_at is not None
 
 
 @transactional
