@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.delegation.start import Started
 from sidecar.domain.errors import LeaseLost
 from sidecar.domain.vocabulary import SegmentOutcome, ToolEffect
 from sidecar.engine import AgentLoop
 from sidecar.engine.providers import ScriptedProvider
 from sidecar.segment import Segment
-from sidecar.store import events, runs, turns
+from sidecar.store import consumers, events, runs, turns
 from sidecar.store.models import ModelTurn, Run, ToolResult
 from tests.support.engine import CallLog, Crash, FunctionTool, registry, request_cancel, requeue_as_the_reaper_would
 from tests.support.runs import event_kinds, run_row
@@ -307,6 +308,31 @@ def test_a_saved_final_turn_completes_a_retried_segment_without_asking_again(dat
     assert drive_segment(loop=AgentLoop(registry(log=log))) is SegmentOutcome.COMPLETED
     assert _provider_calls(log, run_id) == []
     assert run_row(run_id).output == "final answer"
+
+
+def test_a_delegation_is_told_whether_its_call_is_new_to_this_segment(database_url):
+    # Only a call whose turn this segment saved may skip looking for an earlier attempt's journalled send.
+    seen = []
+
+    class Delegation(FunctionTool):
+        delegation = True
+
+        def delegate(self, call):
+            seen.append(call.first_attempt)
+            if len(seen) == 1:
+                raise Crash("died right after the turn was saved")
+            return Started(result="answered")
+
+    consumers.replace_report([])  # the gate open, as after a host's empty report: delegation is offered
+    run_id = _run([{"tool_calls": [_call("hand_over", {})]}, {"content": "{last_tool_result}"}],
+                  tools=["hand_over"])
+    loop = AgentLoop(registry(Delegation("hand_over", None)))
+    with pytest.raises(Crash):
+        drive_segment(loop=loop)
+    requeue_as_the_reaper_would(run_id)
+    assert drive_segment(loop=loop) is SegmentOutcome.COMPLETED
+    assert seen == [True, False]  # the retry replays the saved turn: its call may have sent already
+    assert run_row(run_id).output == "answered"
 
 
 def test_a_provider_that_raises_fails_the_run_as_a_provider_failure(database_url):

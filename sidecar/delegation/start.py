@@ -82,7 +82,7 @@ def _start(call: DelegationCall, settings) -> Started:
     context_id = (outbound.context_of_task(run.id, task_id) if task_id else None) or context_id_for(
         run.id, call.tool_call_id)
     message_id = message_id_for(run.id, call.tool_call_id)
-    push = _push_target(run.id, message_id, agent, client, settings)
+    push = _push_target(run.id, message_id, agent, client, settings, first_attempt=call.first_attempt)
     body = client.build_send(message_id, context_id, call.arguments["message"], task_id=task_id, push=push)
     if run.max_bytes is not None and run.bytes_used + len(body) > run.max_bytes:
         return error(f"transfer budget exhausted ({run.bytes_used} of {run.max_bytes} bytes used)")
@@ -116,8 +116,9 @@ def _start(call: DelegationCall, settings) -> Started:
     return _after_retry(call, run, agent, row, settings)
 
 
-def _push_target(run_id: str, message_id: str, agent, client, settings) -> PushTarget | None:
-    journalled = outbound.by_message_id(message_id)
+def _push_target(run_id: str, message_id: str, agent, client, settings, *, first_attempt: bool
+                 ) -> PushTarget | None:
+    journalled = None if first_attempt else outbound.by_message_id(message_id)
     if journalled is not None:
         return push_target_of(journalled.request_body)  # a retry: the same body as the first attempt
     if not (agent.push and client.endpoint.push_supported and settings.public_url):

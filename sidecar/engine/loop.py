@@ -80,6 +80,7 @@ class _RunSegment:
         self.approved: set[int] = set()  # turns a person approved (read once per turn)
         # The cancel mark as the run row last read says, until a step boundary takes it (_cancel_requested).
         self.cancel_mark: bool | None = segment.run.cancel_requested_at is not None
+        self.saved_here: set[int] = set()  # the turns this segment saved (not replayed): their calls are new
         self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
 
     def execute(self) -> SegmentOutcome:
@@ -180,6 +181,7 @@ class _RunSegment:
 
     def _save(self, turn: Turn) -> None:
         self.cancel_mark = self.segment.save_turn(**self._turn_record(turn))
+        self.saved_here.add(len(self.conversation.turns))
         self.conversation.add_turn(turn)
         self.budget = self.budget.spend(turn.tokens, turn.cost)
 
@@ -271,7 +273,9 @@ class _RunSegment:
     def _delegation_call(self, call: ToolCall) -> DelegationCall:
         messages = [dict(m, tool_calls=[c.to_dict() for c in m["tool_calls"]]) if m.get("tool_calls") else m
                     for m in self.conversation.messages]
-        return DelegationCall(self.segment, call.id, len(self.conversation.turns) - 1, call.arguments, messages)
+        index = len(self.conversation.turns) - 1
+        return DelegationCall(self.segment, call.id, index, call.arguments, messages,
+                              first_attempt=index in self.saved_here)
 
     def _call(self, tool, call: ToolCall) -> str:
         try:

@@ -66,6 +66,9 @@ class DelegationCall:
     turn_index: int
     arguments: dict
     conversation: list[dict]  # provider-neutral messages so far, for the checkpoint
+    # The call's turn was saved by this segment, so no earlier attempt of the call can have journalled a send:
+    # the tool need not look for one before its own journal write (which still refuses a second).
+    first_attempt: bool = False
 
 
 class Tool:
