@@ -23,12 +23,15 @@ cycles/s    runs completed per second, from the first POST to the last run's fin
 p50/p99 ms  end to end per run: from just before its POST to its finished_at
 cpu ms      CPU time per cycle (user and system, /proc/<pid>/stat) of the API processes, of each worker
             process, and of all of them: the figure that moves least with the machine's load
+db ms       CPU time per cycle of PostgreSQL's backends serving the sidecar, when the server runs on this
+            machine (it shares the cores, so it bounds cycles/s too); not in cpu ms, which the floor counts
 
 Checked: every run completed with the agent's answer. Exits 1 when a floor is missed or a check fails.
 """
 
 import http.client
 import json
+import math
 import os
 import subprocess
 import sys
@@ -104,6 +107,7 @@ class Row:
     latencies_ms: list[float]
     api_ms: float
     worker_ms: list[float]  # per worker process
+    db_ms: float  # the database server's backends (PostgreSQL on this machine; NaN elsewhere)
 
     @property
     def total_ms(self) -> float:
@@ -212,6 +216,26 @@ def api_and_workers(processes: list) -> tuple[list[int], list[int]]:
     return process_tree(api.pid), process_tree(worker.pid)
 
 
+def backends_cpu() -> dict[int, float]:
+    """PostgreSQL: the CPU seconds used so far by each of the server's backends connected to the benchmark's
+    database, but this process's own (which watches the runs), when the server runs on this machine (its
+    /proc entries readable). {} on SQLite."""
+    if store_db.dialect() != "postgresql":
+        return {}
+    pids = store_db.database.execute_sql(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+    return {pid: cpu_seconds(pid) for (pid,) in pids}
+
+
+def backends_ms(before: dict[int, float], runs: int) -> float:
+    """The backends' CPU milliseconds per cycle since `before` (a backend that connected since counts from
+    zero; one that disconnected meanwhile is lost). NaN where there is nothing to measure."""
+    if not before and store_db.dialect() != "postgresql":
+        return math.nan
+    after = backends_cpu()
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items()) * 1000 / runs
+
+
 def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, worker_args: list[str],
             agents: Agents) -> list[Row]:
     key = generate_key()
@@ -238,11 +262,13 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
                 for phase in phases:
                     api_pids, worker_pids = api_and_workers(processes)
                     before = {pid: cpu_seconds(pid) for pid in api_pids + worker_pids}
+                    backends_before = backends_cpu()
                     rate, latencies, ids = drive(api_port, token, phase)
                     used = {pid: (cpu_seconds(pid) - before[pid]) * 1000 / phase.runs for pid in before}
+                    db_ms = backends_ms(backends_before, phase.runs)
                     check_answers(ids)
                     rows.append(Row(dialect, phase, bound_rate, rate, latencies, sum(used[p] for p in api_pids),
-                                    [used[p] for p in worker_pids]))
+                                    [used[p] for p in worker_pids], db_ms))
                     print_row(rows[-1], quick)
         except CheckFailed as exc:
             tails = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in logs.glob("*.log"))
@@ -253,7 +279,7 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
 
 
 COLUMNS = (f"{'database':<11}{'agent':<9}{'in flight':>10}{'runs':>6}{'commits/s':>10}{'cycles/s':>9}{'p50 ms':>8}"
-           f"{'p99 ms':>8}{'api ms':>8}{'worker ms':>14}{'cpu ms':>8}")
+           f"{'p99 ms':>8}{'api ms':>8}{'worker ms':>14}{'cpu ms':>8}{'db ms':>7}")
 
 
 def floors_of(row: Row) -> list[tuple[str, float, bool]]:
@@ -273,7 +299,8 @@ def print_row(row: Row, quick: bool) -> None:
     verdicts = ", ".join(f"{what} {verdict(floor, met, quick)}" for what, floor, met in floors_of(row))
     print(f"{row.dialect:<11}{row.phase.agent:<9}{row.phase.in_flight:>10}{row.phase.runs:>6}"
           f"{row.commits_per_second:>10.0f}{row.cycles_per_second:>9.1f}{percentile(row.latencies_ms, 0.5):>8.0f}"
-          f"{percentile(row.latencies_ms, 0.99):>8.0f}{row.api_ms:>8.2f}{workers:>14}{row.total_ms:>8.2f}  {verdicts}",
+          f"{percentile(row.latencies_ms, 0.99):>8.0f}{row.api_ms:>8.2f}{workers:>14}{row.total_ms:>8.2f}"
+          f"{'-' if math.isnan(row.db_ms) else f'{row.db_ms:.1f}':>7}  {verdicts}",
           flush=True)
 
 
