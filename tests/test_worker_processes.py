@@ -40,12 +40,16 @@ def _held_by_a_worker(run_id: str) -> bool:
 
 
 def test_three_worker_processes_drain_five_hundred_runs_each_exactly_once(database_url, tmp_path):
-    ids = [runs.create_run("owner", steps_input({"event": "work"}, output=f"out {i}")) for i in range(500)]
     # The generous default lease: this is about three processes competing for claims, and a 1 s lease on a
     # loaded machine expires now and then, which rightly counts a second claim.
     workers = [start_worker_process(database_url, *STEPS, "--concurrency", "2", log_path=tmp_path / f"w{n}.log")
                for n in range(3)]
     try:
+        # Every process competes from the first run on: on a loaded machine one that is still starting could
+        # find the queue drained by the other two.
+        wait_until(lambda: all("started with" in (tmp_path / f"w{n}.log").read_text() for n in range(3)),
+                   timeout=60, what="the three worker processes to start")
+        ids = [runs.create_run("owner", steps_input({"event": "work"}, output=f"out {i}")) for i in range(500)]
         wait_until(lambda: Run.select().where(Run.status == "completed").count() == 500, timeout=240,
                    what="500 runs completed")
     finally:
