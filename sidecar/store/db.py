@@ -27,8 +27,10 @@ from .write_lock import WriteLock
 
 try:
     from psycopg2.extensions import TRANSACTION_STATUS_IDLE
+    from psycopg2.extensions import connection as _DriverConnection
 except ImportError:  # PostgreSQL's driver is optional
     TRANSACTION_STATUS_IDLE = 0
+    _DriverConnection = object
 
 log = logging.getLogger("nrllm_sidecar.database")
 
@@ -64,7 +66,14 @@ POOL_SIZE = 16
 POOL_WAIT_SECONDS = 10
 
 
-class SidecarSqliteDatabase(SqliteDatabase):
+class _NothingPrepared:
+    """execute_kept() of a database that prepares nothing: the statement as it is."""
+
+    def execute_kept(self, sql: str, params=()):
+        return self.execute_sql(sql, params)
+
+
+class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):
     """WAL and a busy timeout; every transaction BEGIN IMMEDIATE, its writers queued.
 
     A deferred transaction that reads and then writes fails with a busy snapshot error that the busy
@@ -126,6 +135,28 @@ class _EndsOutages:
         outage.ended()
 
 
+class PreparingConnection(_DriverConnection):
+    """A PostgreSQL connection that knows which of the store's statements it prepared: a name by SQL text."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prepared: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=2048)
+def _numbered(sql: str) -> str | None:
+    """`sql` with its `%s` parameters numbered ($1, $2, ...) for PREPARE; None if it has any other `%`."""
+    parts = sql.split("%s")
+    if any("%" in part for part in parts):
+        return None
+    return "".join(part + (f"${index}" if index < len(parts) else "") for index, part in enumerate(parts, 1))
+
+
+@functools.lru_cache(maxsize=2048)
+def _execute_text(name: str, count: int) -> str:
+    return f"EXECUTE {name}({', '.join(['%s'] * count)})" if count else f"EXECUTE {name}"
+
+
 class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
     """Fewer round trips: each costs the server's answer and, in this process, a send, a wait and a receive
     (docs/performance.md, "The delegation cycle").
@@ -140,7 +171,57 @@ class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
     A connection lent again by the pool is asked `SELECT 1` only when its socket has something to read:
     an idle connection the server closed (a restart, a terminated backend, a timeout) has the server's
     goodbye or the end of the stream waiting there; an idle one with nothing to read is the server's as it
-    was. A statement on a connection that dies after the check fails as it always could."""
+    was. A statement on a connection that dies after the check fails as it always could.
+
+    The store's kept statements (store/statements.py: `execute_kept`, `defer_kept`) are prepared once per
+    connection and then executed by name, so the server parses and plans each of them once, not at every
+    call. The PREPARE is a round trip of its own, sent before anything the transaction deferred: while the
+    transaction's BEGIN has not been sent yet, it runs outside the transaction, and a statement the server
+    will not prepare is then sent as it is instead. `prepared_statements=False` (the URL's
+    `?prepared_statements=off`) sends every statement as it is: for a pooler between the sidecar and the
+    server that hands one session's transactions to different server connections, which do not know the
+    names."""
+
+    def __init__(self, database, *, prepared_statements: bool = True, **kwargs):
+        self.prepared_statements = prepared_statements
+        self._unpreparable: set[str] = set()  # texts the server refused to prepare (each is logged once)
+        if prepared_statements:
+            kwargs["connection_factory"] = PreparingConnection
+        super().__init__(database, **kwargs)
+
+    def execute_kept(self, sql: str, params=()):
+        """execute_sql() of a kept statement text: by its name on this thread's connection."""
+        return self.execute_sql(self._by_name(sql, len(params)), params)
+
+    def defer_kept(self, sql: str, params=()) -> None:
+        """defer() of a kept statement text: by its name on this thread's connection."""
+        self.defer(self._by_name(sql, len(params)), params)
+
+    def _by_name(self, sql: str, count: int) -> str:
+        """The text that executes `sql` on this thread's connection: EXECUTE of its prepared statement, prepared
+        now if this connection has not yet; `sql` itself where it cannot be."""
+        if not self.prepared_statements or sql in self._unpreparable or (numbered := _numbered(sql)) is None:
+            return sql
+        conn = self.connection()
+        name = conn.prepared.get(sql)
+        if name is None:
+            name = f"nrllm_{len(conn.prepared) + 1}"
+            try:
+                self._prepare(conn, name, numbered)
+            except PeeweeException:
+                if conn.get_transaction_status() != TRANSACTION_STATUS_IDLE:
+                    raise  # the transaction had begun on the server: the failure aborted it
+                log.warning("PostgreSQL does not prepare this statement; it is sent as it is: %s", sql)
+                self._unpreparable.add(sql)
+                return sql
+            conn.prepared[sql] = name
+        return _execute_text(name, count)
+
+    def _prepare(self, conn, name: str, numbered: str) -> None:
+        statement = f"PREPARE {name} AS {numbered}"
+        self._log_query(statement, None)
+        with __exception_wrapper__:
+            conn.cursor().execute(statement)
 
     def begin(self, isolation_level=None):
         if isolation_level is None:
@@ -216,7 +297,7 @@ def _readable(fd: int) -> bool:
     return bool(poller.poll(0))
 
 
-class SidecarMySQLDatabase(_EndsOutages, PooledMySQLDatabase):
+class SidecarMySQLDatabase(_NothingPrepared, _EndsOutages, PooledMySQLDatabase):
     """MariaDB/MySQL: long bodies and microsecond times."""
 
     field_types = {
@@ -276,7 +357,10 @@ def connect(url: str):
     if parsed.scheme in ("postgres", "postgresql"):
         if parsed.password:
             common["password"] = parsed.password
-        return SidecarPostgresqlDatabase(**common, **query)
+        prepared = query.pop("prepared_statements", "on").lower()
+        if prepared not in ("on", "off"):
+            raise ValueError(f"prepared_statements must be on or off, not {prepared!r}")
+        return SidecarPostgresqlDatabase(**common, prepared_statements=prepared == "on", **query)
     if parsed.scheme in ("mysql", "mariadb"):
         from pymysql.constants import CLIENT
 

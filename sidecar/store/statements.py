@@ -109,7 +109,7 @@ def _queued_run_exists_text(syntax: Syntax) -> str:
 
 def queued_run_exists() -> bool:
     """Whether any run is queued: one indexed read, no lock taken."""
-    return database.execute_sql(_queued_run_exists_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
+    return database.execute_kept(_queued_run_exists_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
 
 
 @functools.lru_cache(maxsize=8)
@@ -122,7 +122,7 @@ def _earliest_poll_text(syntax: Syntax) -> str:
 def earliest_poll():
     """The earliest next poll of an open wait (the due index's first entry), or None. Each coordinator asks
     before and after every look at the due index."""
-    row = database.execute_sql(_earliest_poll_text(_syntax())).fetchone()
+    row = database.execute_kept(_earliest_poll_text(_syntax())).fetchone()
     return _POLL_AT.python_value(row[0]) if row else None
 
 
@@ -138,14 +138,14 @@ def journal_rows_due(outcome: str, kind: str, now, max_attempts: int, limit: int
     """Journal rows of `kind` with `outcome` that have attempts left and are due at `now` (never tried, or
     their next attempt's time passed), oldest first. Each coordinator asks at every look."""
     params = (outcome, kind, int(max_attempts), _OUTBOUND_FIELDS["next_attempt_at"].db_value(now))
-    return _instances(Outbound, database.execute_sql(_journal_rows_due_text(_syntax(), limit), params))
+    return _instances(Outbound, database.execute_kept(_journal_rows_due_text(_syntax(), limit), params))
 
 
 def queued_run_ids(limit: int) -> list[str]:
     """The ids of up to `limit` queued runs, oldest first. On a server database the rows are locked for this
     transaction, and rows another claimer has locked are skipped instead of waited for; SQLite's BEGIN
     IMMEDIATE already makes the transaction the only writer."""
-    return [row[0] for row in database.execute_sql(_queued_text(_syntax(), limit), (RunStatus.QUEUED.value,))]
+    return [row[0] for row in database.execute_kept(_queued_text(_syntax(), limit), (RunStatus.QUEUED.value,))]
 
 
 def select_one(model, **equal):
@@ -159,7 +159,7 @@ def select_many(model, **equal) -> list:
     fields = model._meta.columns
     params = [fields[column].db_value(value) for column, value in equal.items() if value is not None]
     sql = _select_text(_syntax(), model._meta.table_name, None, *_split(equal))
-    return _instances(model, database.execute_sql(sql, params))
+    return _instances(model, database.execute_kept(sql, params))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -181,7 +181,7 @@ def _select_all_text(syntax: Syntax, table: str, order_by: str) -> str:
 
 def select_all(model, order_by: str) -> list:
     """Every row of `model`, ordered by `order_by`, as model instances (small tables only)."""
-    return _instances(model, database.execute_sql(_select_all_text(_syntax(), model._meta.table_name, order_by)))
+    return _instances(model, database.execute_kept(_select_all_text(_syntax(), model._meta.table_name, order_by)))
 
 
 _WAIT_COLUMNS = tuple(DependencyWait._meta.columns)
@@ -206,7 +206,7 @@ def due_waits(now, limit: int) -> list:
     """Up to `limit` open waits due at `now`, earliest first, each with its agent's `poll_interval` (seconds)
     and its run's `run_deadline_at`. On PostgreSQL the rows are locked for this transaction, and rows another
     coordinator holds are skipped."""
-    cursor = database.execute_sql(_due_waits_text(_syntax(), limit), (_POLL_AT.db_value(now),))
+    cursor = database.execute_kept(_due_waits_text(_syntax(), limit), (_POLL_AT.db_value(now),))
     found = []
     for row in cursor.fetchall():
         wait = _from_row(DependencyWait, _WAIT_FIELD_LIST, row[:-2])
@@ -229,7 +229,7 @@ def update_in(model, column: str, keys: list, values: dict) -> int:
     fields = model._meta.columns
     sql = _update_in_text(_syntax(), model._meta.table_name, tuple(values), column, len(keys))
     params = [*(fields[c].db_value(v) for c, v in values.items()), *(fields[column].db_value(k) for k in keys)]
-    return database.execute_sql(sql, params).rowcount
+    return database.execute_sql(sql, params).rowcount  # not kept prepared: each count of keys is another text
 
 
 def run_from_row(columns: tuple[str, ...], row: tuple):
@@ -242,7 +242,7 @@ def add_to(model, column: str, amount: int, **equal) -> int:
     many rows matched."""
     fields = model._meta.columns
     sql = _update_text(_syntax(), model._meta.table_name, (), tuple(equal), (), (column,))
-    return database.execute_sql(sql, [int(amount), *(fields[n].db_value(v) for n, v in equal.items())]).rowcount
+    return database.execute_kept(sql, [int(amount), *(fields[n].db_value(v) for n, v in equal.items())]).rowcount
 
 
 def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None, for_update: bool = False,
@@ -251,7 +251,7 @@ def select_rows(model, columns: tuple[str, ...], *, order_by: str | None = None,
     its field as peewee would. `for_update`: the rows are locked for this transaction (server databases)."""
     fields = model._meta.columns
     sql = _select_text(_syntax(), model._meta.table_name, tuple(columns), tuple(equal), (), order_by, for_update)
-    cursor = database.execute_sql(sql, [fields[name].db_value(value) for name, value in equal.items()])
+    cursor = database.execute_kept(sql, [fields[name].db_value(value) for name, value in equal.items()])
     converters = [fields[column].python_value for column in columns]
     return [tuple(convert(value) for convert, value in zip(converters, row, strict=True)) for row in cursor]
 
@@ -266,7 +266,7 @@ def select_value(model, column: str, *, for_update: bool = False, **equal):
 def update_where(model, where: dict, values: dict) -> int:
     """UPDATE the rows of `model` whose columns equal `where` (None: IS NULL): set `values` (by column name).
     Returns how many rows matched."""
-    return database.execute_sql(*_update(_syntax(), model, where, values)).rowcount
+    return database.execute_kept(*_update(_syntax(), model, where, values)).rowcount
 
 
 def update_returning_row(model, where: dict, values: dict):
@@ -278,7 +278,7 @@ def update_returning_row(model, where: dict, values: dict):
         key = model._meta.primary_key.column_name
         return select_one(model, **{key: where[key]}) if update_where(model, where, values) == 1 else None
     sql, params = _update(syntax, model, where, values)
-    return _instance(model, database.execute_sql(sql + " RETURNING *", params))
+    return _instance(model, database.execute_kept(sql + " RETURNING *", params))
 
 
 def _update(syntax: Syntax, model, where: dict, values: dict) -> tuple[str, list]:
@@ -321,7 +321,7 @@ def insert_values(model, values: dict) -> None:
     """INSERT a row of `model` with only the columns in `values` (by column name): the database gives the rest
     (a generated key)."""
     fields = model._meta.columns
-    database.execute_sql(_insert_text(_syntax(), model._meta.table_name, tuple(values)),
+    database.execute_kept(_insert_text(_syntax(), model._meta.table_name, tuple(values)),
                          [fields[column].db_value(value) for column, value in values.items()])
 
 
@@ -336,7 +336,7 @@ def insert_row(model, values: dict) -> None:
             value = field.default() if callable(field.default) else field.default
         columns.append(field.column_name)
         params.append(field.db_value(value))
-    database.execute_sql(_insert_text(_syntax(), model._meta.table_name, tuple(columns)), params)
+    database.execute_kept(_insert_text(_syntax(), model._meta.table_name, tuple(columns)), params)
 
 
 def update_run(
@@ -359,10 +359,10 @@ def update_run(
     sql = _update_text(syntax, "runs", tuple(values), ("id", *where), (), tuple(add))
     params = [*_run_values(values), *add.values(), run_id, *_run_values(where)]
     if syntax.returning:
-        return database.execute_sql(_returning_text(syntax, sql, tuple(returning)), params).fetchone()
-    if database.execute_sql(sql, params).rowcount != 1:
+        return database.execute_kept(_returning_text(syntax, sql, tuple(returning)), params).fetchone()
+    if database.execute_kept(sql, params).rowcount != 1:
         return None
-    return database.execute_sql(_select_text(syntax, "runs", tuple(returning), ("id",), ()), (run_id,)).fetchone()
+    return database.execute_kept(_select_text(syntax, "runs", tuple(returning), ("id",), ()), (run_id,)).fetchone()
 
 
 @functools.lru_cache(maxsize=256)
@@ -378,11 +378,13 @@ def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *
     syntax = _syntax()
     values = (run_id, sequence, kind, _EVENT_AT.db_value(at), payload_json)
     sql = _insert_text(syntax, "run_events", _EVENT_COLUMNS)
+    if syntax.dialect != "postgresql":
+        database.execute_kept(sql, values)
+        return
+    # Nothing reads the insert's result: it goes to the server with the transaction's next statement.
+    database.defer_kept(sql, values)
     if notify_channel is not None:
-        sql += f"; SELECT pg_notify({syntax.param}, {syntax.param})"
-        values = (*values, notify_channel, run_id)
-    if syntax.dialect == "postgresql":
-        # Nothing reads the insert's result: it goes to the server with the transaction's next statement.
-        database.defer(sql, values)
-    else:
-        database.execute_sql(sql, values)
+        database.defer_kept(_NOTIFY_TEXT, (notify_channel, run_id))
+
+
+_NOTIFY_TEXT = "SELECT pg_notify(%s, %s)"

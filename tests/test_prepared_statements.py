@@ -1,0 +1,105 @@
+"""PostgreSQL: the store's kept statements are prepared once per connection and executed by name after, on a
+real server (store/db.py, SidecarPostgresqlDatabase)."""
+
+import pytest
+from peewee import IntegrityError, ProgrammingError
+
+from sidecar.application import Application, set_default
+from sidecar.domain.clock import utcnow
+from sidecar.store import db as store_db
+from sidecar.store import events, runs, statements
+from sidecar.store.models import ModelTurn, Run
+
+POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+
+
+def _prepared(text_part: str) -> list[str]:
+    """This connection's prepared statements whose text contains `text_part`."""
+    rows = store_db.database.execute_sql(
+        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", (f"%{text_part}%",)).fetchall()
+    return [statement for (statement,) in rows]
+
+
+@POSTGRESQL
+def test_a_kept_statement_is_prepared_on_first_use_and_executed_by_name_after(database_url):
+    run_id = runs.create_run("owner", "hi")
+    assert _prepared('SELECT "status" FROM "runs"') == []
+    for _ in range(3):
+        assert statements.select_value(Run, "status", id=run_id) == "queued"
+    (prepared,) = _prepared('SELECT "status" FROM "runs"')
+    assert '"id" = $1' in prepared  # its parameter numbered for PREPARE
+    # An UPDATE's row count comes back through EXECUTE as it did without it.
+    for expected in (1, 1, 0):
+        where = {"id": run_id} if expected else {"id": "no such run"}
+        assert statements.update_where(Run, where, {"workspace": "w"}) == expected
+    assert len(_prepared('UPDATE "runs" SET "workspace"')) == 1
+
+
+@POSTGRESQL
+def test_deferred_event_inserts_and_their_notifications_go_by_name(database_url):
+    run_id = runs.create_run("owner", "hi")
+    for _ in range(2):
+        with store_db.database.atomic():
+            sequence = statements.update_run(run_id, where={}, values={}, add={"last_event_sequence": 1},
+                                             returning=("last_event_sequence",))[0]
+            events.record(run_id, sequence, "step", {"n": sequence})
+    assert [e["payload"] for e in events.list_events(run_id)][-2:] == [{"n": 2}, {"n": 3}]
+    assert len(_prepared('INSERT INTO "run_events"')) == 1
+    assert len(_prepared("pg_notify")) == 1
+
+
+@POSTGRESQL
+def test_a_statement_prepared_by_a_failed_transaction_is_executed_by_name_after(database_url):
+    # The PREPARE is a round trip of its own before the transaction's statements, and PostgreSQL keeps a
+    # prepared statement when the transaction beside it fails: the next use finds it by its name.
+    values = {"index": 0, "message": "{}", "tokens": 0, "cost": 0.0, "created_at": utcnow()}
+    with pytest.raises(IntegrityError), store_db.database.atomic():
+        statements.insert_values(ModelTurn, {"run_id": "no such run", **values})
+    run_id = runs.create_run("owner", "hi")
+    with store_db.database.atomic():
+        statements.insert_values(ModelTurn, {"run_id": run_id, **values})
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 1
+    assert len(_prepared('INSERT INTO "model_turns"')) == 1
+
+
+@POSTGRESQL
+def test_a_statement_the_server_will_not_prepare_is_sent_as_it_is(database_url, caplog):
+    untyped = "SELECT %s + %s"  # PREPARE cannot tell which + (its parameters have no type)
+    for _ in range(2):
+        assert store_db.database.execute_kept(untyped, (1, 2)).fetchone() == (3,)
+    assert [r.message for r in caplog.records].count(
+        "PostgreSQL does not prepare this statement; it is sent as it is: SELECT %s + %s") == 1
+    # Also at the start of a transaction (its BEGIN not sent yet), which goes on.
+    run_id = runs.create_run("owner", "hi")
+    with store_db.database.atomic():
+        assert store_db.database.execute_kept("SELECT %s + %s + 1", (1, 2)).fetchone() == (4,)
+        assert statements.select_value(Run, "status", id=run_id) == "queued"
+
+
+@POSTGRESQL
+def test_a_refused_prepare_inside_a_begun_transaction_fails_that_transaction(database_url):
+    run_id = runs.create_run("owner", "hi")
+    with pytest.raises(ProgrammingError), store_db.database.atomic():
+        assert statements.select_value(Run, "status", id=run_id) == "queued"  # the transaction has begun
+        store_db.database.execute_kept("SELECT %s + %s + 2", (1, 2))
+    assert statements.select_value(Run, "status", id=run_id) == "queued"  # the connection goes on
+
+
+@POSTGRESQL
+def test_prepared_statements_off_sends_each_statement_as_it_is(database_url):
+    set_default(Application())
+    bound = store_db.bind(database_url + "?prepared_statements=off")
+    try:
+        run_id = runs.create_run("owner", "hi")
+        for _ in range(3):
+            assert statements.select_value(Run, "status", id=run_id) == "queued"
+        assert _prepared("") == []
+    finally:
+        bound.close_all()
+
+
+def test_prepared_statements_takes_on_or_off():
+    with pytest.raises(ValueError, match="prepared_statements must be on or off"):
+        store_db.connect("postgresql://postgres@127.0.0.1/test?prepared_statements=yes")
+    assert store_db.connect("postgresql://postgres@127.0.0.1/test?prepared_statements=OFF").prepared_statements is False
+    assert store_db.connect("postgresql://postgres@127.0.0.1/test").prepared_statements is True
