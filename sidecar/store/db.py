@@ -220,8 +220,8 @@ class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
     def _prepare(self, conn, name: str, numbered: str) -> None:
         statement = f"PREPARE {name} AS {numbered}"
         self._log_query(statement, None)
-        with __exception_wrapper__:
-            conn.cursor().execute(statement)
+        with __exception_wrapper__, conn.cursor() as cursor:
+            cursor.execute(statement)
 
     def begin(self, isolation_level=None):
         if isolation_level is None:
