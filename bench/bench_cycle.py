@@ -229,8 +229,8 @@ def backends_cpu() -> dict[int, float]:
 
 def backends_ms(before: dict[int, float], runs: int) -> float:
     """The backends' CPU milliseconds per cycle since `before` (a backend that connected since counts from
-    zero; one that disconnected meanwhile is lost). NaN where there is nothing to measure."""
-    if not before and store_db.dialect() != "postgresql":
+    zero; one that disconnected meanwhile is lost). NaN on SQLite."""
+    if store_db.dialect() != "postgresql":
         return math.nan
     after = backends_cpu()
     return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items()) * 1000 / runs

@@ -80,7 +80,7 @@ class _RunSegment:
         self.approved: set[int] = set()  # turns a person approved (read once per turn)
         # The cancel mark as the run row last read says, until a step boundary takes it (_cancel_requested).
         self.cancel_mark: bool | None = segment.run.cancel_requested_at is not None
-        self.saved_here: set[int] = set()  # the turns this segment saved (not replayed): their calls are new
+        self.replayed_turns = 0  # turns saved by earlier segments: those at this index and after are this one's
         self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
 
     def execute(self) -> SegmentOutcome:
@@ -110,6 +110,7 @@ class _RunSegment:
         if not self.segment.run.iterations_used:
             return  # no turn saved yet: a turn is saved with its count (and a result only after its turn)
         turns, results = saved.load(self.segment.run_id)
+        self.replayed_turns = len(turns)
         for row in turns:
             turn = Turn.from_message(row["message"], row["tokens"], row["cost"])
             self.conversation.add_turn(turn)
@@ -181,7 +182,6 @@ class _RunSegment:
 
     def _save(self, turn: Turn) -> None:
         self.cancel_mark = self.segment.save_turn(**self._turn_record(turn))
-        self.saved_here.add(len(self.conversation.turns))
         self.conversation.add_turn(turn)
         self.budget = self.budget.spend(turn.tokens, turn.cost)
 
@@ -275,7 +275,7 @@ class _RunSegment:
                     for m in self.conversation.messages]
         index = len(self.conversation.turns) - 1
         return DelegationCall(self.segment, call.id, index, call.arguments, messages,
-                              first_attempt=index in self.saved_here)
+                              first_attempt=index >= self.replayed_turns)
 
     def _call(self, tool, call: ToolCall) -> str:
         try:

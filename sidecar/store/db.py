@@ -200,21 +200,24 @@ class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
     def _by_name(self, sql: str, count: int) -> str:
         """The text that executes `sql` on this thread's connection: EXECUTE of its prepared statement, prepared
         now if this connection has not yet; `sql` itself where it cannot be."""
-        if not self.prepared_statements or sql in self._unpreparable or (numbered := _numbered(sql)) is None:
+        if not self.prepared_statements:
             return sql
         conn = self.connection()
         name = conn.prepared.get(sql)
-        if name is None:
-            name = f"nrllm_{len(conn.prepared) + 1}"
-            try:
-                self._prepare(conn, name, numbered)
-            except PeeweeException:
-                if conn.get_transaction_status() != TRANSACTION_STATUS_IDLE:
-                    raise  # the transaction had begun on the server: the failure aborted it
-                log.warning("PostgreSQL does not prepare this statement; it is sent as it is: %s", sql)
-                self._unpreparable.add(sql)
-                return sql
-            conn.prepared[sql] = name
+        if name is not None:
+            return _execute_text(name, count)
+        if sql in self._unpreparable or (numbered := _numbered(sql)) is None:
+            return sql
+        name = f"nrllm_{len(conn.prepared) + 1}"
+        try:
+            self._prepare(conn, name, numbered)
+        except PeeweeException:
+            if conn.get_transaction_status() != TRANSACTION_STATUS_IDLE:
+                raise  # the transaction had begun on the server: the failure aborted it
+            log.warning("PostgreSQL does not prepare this statement; it is sent as it is: %s", sql)
+            self._unpreparable.add(sql)
+            return sql
+        conn.prepared[sql] = name
         return _execute_text(name, count)
 
     def _prepare(self, conn, name: str, numbered: str) -> None:

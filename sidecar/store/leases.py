@@ -106,7 +106,7 @@ def fenced_update_returning(claim: Claim, kind: str, payload: dict, columns: tup
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
     events.record(claim.run_id, written[0], kind, payload)
-    return tuple(written)
+    return written
 
 
 @transactional

@@ -8,7 +8,9 @@ worker's throughput (docs/performance.md, "The run store"); the token lookup and
 the same to every request. The statements here have a fixed shape: their text is joined from column names
 once per shape and database kind and kept, not again for every call (in a sampled profile of the worker
 that joining was about one sample in twenty), and values pass through each field's own conversion, as
-peewee does.
+peewee does. They go through `database.execute_kept` (and `defer_kept`): on PostgreSQL each connection
+prepares a text once and executes it by name after (store/db.py); the IN lists, a text for every count of
+values, do not.
 """
 
 import functools
@@ -171,6 +173,7 @@ def select_in(model, column: str, values) -> list:
     """The rows of `model` whose `column` is one of `values` (a list), as model instances."""
     field = model._meta.columns[column]
     sql = _select_in_text(_syntax(), model._meta.table_name, column, len(values))
+    # Not kept prepared: each count of values is another text.
     return _instances(model, database.execute_sql(sql, [field.db_value(value) for value in values]))
 
 
@@ -370,6 +373,9 @@ def _returning_text(syntax: Syntax, sql: str, returning: tuple) -> str:
     return f"{sql} RETURNING {_names(syntax, returning)}"
 
 
+_NOTIFY_TEXT = "SELECT pg_notify(%s, %s)"
+
+
 def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *, notify_channel: str | None = None
                  ) -> None:
     """INSERT the event; with `notify_channel` (PostgreSQL) the same round trip also queues the notification
@@ -385,6 +391,3 @@ def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *
     database.defer_kept(sql, values)
     if notify_channel is not None:
         database.defer_kept(_NOTIFY_TEXT, (notify_channel, run_id))
-
-
-_NOTIFY_TEXT = "SELECT pg_notify(%s, %s)"
