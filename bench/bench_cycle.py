@@ -190,17 +190,25 @@ def drive(port: int, token: str, phase: Phase) -> tuple[float, list[float], list
         with lock:
             pending = [run_id for run_id in sent if run_id not in finished]
         for start in range(0, len(pending), 500):
-            query = Run.select(Run.id, Run.status, Run.finished_at).where(
-                Run.id.in_(pending[start:start + 500]), Run.finished_at.is_null(False))
-            for run in query:
-                check(run.status == "completed", f"run {run.id} completed (it is {run.status})")
-                finished[run.id] = run.finished_at
+            for run_id, status, finished_at in finished_among(pending[start:start + 500]):
+                check(status == "completed", f"run {run_id} completed (it is {status})")
+                finished[run_id] = finished_at
                 slots.release()
         time.sleep(0.01)
     check(not failures, f"every POST answered 201 ({len(failures)} did not: {failures[:2]})")
     first, last = min(sent.values()), max(finished.values())
     latencies = [(finished[run_id] - at).total_seconds() * 1000 for run_id, at in sent.items()]
     return phase.runs / (last - first).total_seconds(), latencies, list(sent)
+
+
+def finished_among(ids: list[str]) -> list[tuple]:
+    """(id, status, finished_at) of the runs among `ids` that have finished. The watcher asks every 10 ms, on
+    the two cores it measures: one statement as SQL text, where peewee building the query cost about 0.5 ms
+    of CPU each time, 0.6 ms a cycle that the sidecar's processes did not get."""
+    placeholders = ", ".join([store_db.database.obj.param] * len(ids))
+    sql = f"SELECT id, status, finished_at FROM runs WHERE finished_at IS NOT NULL AND id IN ({placeholders})"
+    return [(run_id, status, Run.finished_at.python_value(at))
+            for run_id, status, at in store_db.database.execute_sql(sql, ids).fetchall()]
 
 
 def check_answers(ids: list[str]) -> None:
