@@ -1,15 +1,15 @@
 """Store functions that took over queries the services used to build themselves (the store is the only
-place with SQL): counts by status and origin, the ping, a delegation settled with its tool result, and the
-runs list of an actor."""
+place with SQL): counts by status and origin, the ping, a delegation settled with its tool result, a send
+journalled by a first attempt, and the runs list of an actor."""
 
 import uuid
 
 import pytest
 
-from sidecar.domain.errors import LeaseLost
+from sidecar.domain.errors import LeaseLost, MessageIdTaken
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, grants, leases, outbound, runs, status_guard, turns
-from sidecar.store.models import Run
+from sidecar.store import db, events, grants, leases, outbound, runs, status_guard, turns
+from sidecar.store.models import Outbound, Run
 from tests.support.runs import run_row
 
 LEASE = LeasePolicy(30)
@@ -84,6 +84,38 @@ def test_a_settlement_under_a_lost_lease_writes_nothing(open_gate):
     assert (after.delegations_used, after.bytes_used) == (0, 0)
     assert outbound.get(row.id).outcome == "pending", "the outcome's write went back with the rest"
     assert turns.load(run_id)[1] == {}
+
+
+def _send(claim, message_id: str, body: str, **extra):
+    return outbound.record_send(claim, owner="owner", remote_agent="research", message_id=message_id,
+                                tool_call_id="call_1", context_id="ctx", body=body, **extra)
+
+
+def test_a_first_attempt_journals_a_new_send_without_looking_for_one(open_gate):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    row, is_new = _send(claim, "m-new", '{"x": 1}', first_attempt=True)
+    assert is_new and outbound.by_message_id("m-new").id == row.id
+    assert [e["kind"] for e in events.list_events(run_id)][-1] == "outbound"
+
+
+@pytest.mark.parametrize("same_body", [True, False])
+def test_a_first_attempt_that_finds_its_message_id_taken_answers_as_a_retry_does(open_gate, same_body):
+    # DelegationCall.first_attempt says no earlier attempt can have journalled the id; should a row exist all
+    # the same, the INSERT that refuses it is undone and the row is looked for: the answer of a retry.
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    first, _ = _send(claim, "m-taken", '{"x": 1}')
+    events_before = len(events.list_events(run_id))
+    body = '{"x": 1}' if same_body else '{"x": 2}'
+    if same_body:
+        assert _send(claim, "m-taken", body, first_attempt=True) == _send(claim, "m-taken", body)
+        assert outbound.get(first.id).outcome == "outcome_unknown", "found pending: it may have left"
+    else:
+        with pytest.raises(MessageIdTaken, match="journalled with another request"):
+            _send(claim, "m-taken", body, first_attempt=True)
+    assert [row.id for row in Outbound.select()] == [first.id]
+    assert len(events.list_events(run_id)) == events_before + (1 if same_body else 0)
 
 
 def test_an_actors_candidates_are_its_runs_its_granted_workspaces_person_waits_and_its_decisions(database_url):

@@ -91,7 +91,7 @@ def _start(call: DelegationCall, settings) -> Started:
             outbound.record_send, owner=run.owner, remote_agent=agent.name,
             message_id=message_id_for(run.id, call.tool_call_id), tool_call_id=call.tool_call_id,
             context_id=context_id, body=journalled(body, push), push_token=push.token if push else None,
-            origin=run.origin,
+            origin=run.origin, first_attempt=call.first_attempt,
         )
     except StatusNotWritable as exc:
         return error(f"delegation is not offered to this run: {exc.reason}")

@@ -50,10 +50,13 @@ def _event(claim: Claim, row: Outbound, note: str) -> None:
 UNREAD = object()  # record_send's origin when the caller did not read it
 
 
-@transactional
+class _JournalledAlready(Exception):
+    """record_send's INSERT found the message id taken where the caller said no row could exist yet."""
+
+
 def record_send(
     claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str, context_id: str,
-    body: str, push_token: str | None = None, resend_count: int = 0, origin=UNREAD,
+    body: str, push_token: str | None = None, resend_count: int = 0, origin=UNREAD, first_attempt: bool = False,
 ) -> tuple[Outbound, bool]:
     """Commit a `send` row before the request leaves; returns (row, is_new).
 
@@ -66,10 +69,29 @@ def record_send(
 
     `origin`, the run's origin (None: none) when the caller has read the run already (a run's origin never
     changes); read here otherwise.
+
+    `first_attempt`: the caller knows no earlier attempt journalled this message id (the segment saved the
+    call's turn itself, DelegationCall.first_attempt), so the row is not looked for before the INSERT: one
+    statement less a delegation. Should the INSERT find the id taken all the same, that transaction is
+    rolled back and the row is looked for, as for any retry: the answer is the same either way.
     """
+    fields = dict(owner=owner, remote_agent=remote_agent, message_id=message_id, tool_call_id=tool_call_id,
+                  context_id=context_id, body=body, push_token=push_token, resend_count=resend_count, origin=origin)
+    if first_attempt:
+        try:
+            return _record_send(claim, look_first=False, **fields)
+        except _JournalledAlready:
+            pass
+    return _record_send(claim, look_first=True, **fields)
+
+
+@transactional
+def _record_send(claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str,
+                 context_id: str, body: str, push_token: str | None, resend_count: int, origin, look_first: bool
+                 ) -> tuple[Outbound, bool]:
     _refuse_secret(body, push_token)
     digest = sha256(body)
-    existing = by_message_id(message_id)
+    existing = by_message_id(message_id) if look_first else None
     if existing is None:
         if origin is UNREAD:
             origin = statements.select_value(Run, "origin", id=claim.run_id)
@@ -84,6 +106,8 @@ def record_send(
         try:
             statements.insert_row(Outbound, values)
         except IntegrityError:
+            if not look_first:
+                raise _JournalledAlready from None
             raise MessageIdTaken(f"message id {message_id} was journalled concurrently") from None
         _event(claim, row, "journalled before sending")
         return row, True
