@@ -1,8 +1,9 @@
 """The store's guards around a dependency wait on SQLite, PostgreSQL and MariaDB (no remote agent needed):
 a cancel racing a resolution ends the wait once; two deadline resolutions journal one CancelTask; resends
 racing a reconciliation leave exactly one winner; a wait's next poll never passes its deadline; a push that
-comes before the suspension, or races it, is kept and makes the wait due; a backed-off wait and cancel
-are due at once when their agent answers again, and a cancel's claim schedules its next attempt."""
+comes before the suspension, or races it, is kept and makes the wait due, ahead of the routine polls of waits
+that started later; a backed-off wait and cancel are due at once when their agent answers again, and a
+cancel's claim schedules its next attempt."""
 
 import threading
 import uuid
@@ -211,6 +212,21 @@ def test_a_push_saying_the_task_still_works_makes_an_unknown_outcome_reconciled(
     wait = suspend_on(claim, row, poll=60, push_token=token)
     assert push.receive(push.authenticate(token), status_push("any-task", "TASK_STATE_WORKING")) is True
     assert DependencyWait.get_by_id(wait.id).next_poll_at <= utcnow()
+
+
+def test_a_poll_brought_forward_is_claimed_before_the_routine_polls_of_waits_that_started_later(database_url):
+    create_agent("research", AgentFields(url="http://agent.example", poll_interval_seconds=60, deadline_seconds=3600))
+    pushed = waiting_run()
+    later = [waiting_run() for _ in range(5)]
+    for wait in later:  # due a moment after they started, and before the push below
+        DependencyWait.update(next_poll_at=wait.since + timedelta(milliseconds=1)).where(
+            DependencyWait.id == wait.id).execute()
+    assert waits.poll_now(pushed.id) is True
+    brought_forward = DependencyWait.get_by_id(pushed.id).next_poll_at
+    assert brought_forward == pushed.since <= utcnow()
+    (first,) = waits.claim_due(1)
+    assert first.id == pushed.id, "the push is not queued behind a burst of routine polls"
+    assert [w.id for w in waits.claim_due(10)] == [w.id for w in later]
 
 
 def test_a_push_before_the_suspension_is_kept_and_makes_the_wait_due_at_once(database_url):

@@ -240,6 +240,18 @@ def run_from_row(columns: tuple[str, ...], row: tuple):
     return _from_row(Run, [_RUN_FIELDS[column] for column in columns], row)
 
 
+@functools.lru_cache(maxsize=8)
+def _due_since_start_text(syntax: Syntax) -> str:
+    return (f"UPDATE {_name(syntax, 'dependency_waits')} SET {_name(syntax, 'next_poll_at')} = {_name(syntax, 'since')}"
+            f" WHERE {_name(syntax, 'id')} = {syntax.param} AND {_name(syntax, 'resolved_at')} IS NULL")
+
+
+def make_due_since_start(wait_id: str) -> bool:
+    """UPDATE the open wait `wait_id` so that its next poll is due as of its start (`since`). False when it is
+    resolved or gone."""
+    return database.execute_kept(_due_since_start_text(_syntax()), (wait_id,)).rowcount == 1
+
+
 def add_to(model, column: str, amount: int, **equal) -> int:
     """UPDATE the rows of `model` whose columns equal `equal` (none is None): `column` += `amount`. Returns how
     many rows matched."""
