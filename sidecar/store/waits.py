@@ -175,8 +175,8 @@ def _poll_now(wait_id: str, pushed_outbound_id: str | None = None) -> bool:
 
 
 def poll_now(wait_id: str) -> bool:
-    """Bring the next poll forward to now and wake the coordinators (a push, a resend, a test); True if the
-    wait is still open."""
+    """Make the wait due (as of its start, _poll_now) and wake the coordinators (a push, a resend, a test); True
+    if the wait is still open."""
     moved = _poll_now(wait_id)
     if moved:
         wakeup.dependencies_due()
