@@ -11,9 +11,8 @@ the worker talk to a null transport (a client stand-in that answers every GetTas
 network; the benchmark swaps `remote.client_for` in its own processes, production code is untouched), so
 they measure the sidecar: the claim of due rows, unsealing, the journal lookups, the thread pool.
 
-tick s      Coordinator(batch=due).tick(): claims and polls every due wait in one tick (a production tick
-            claims four per polling thread, so this is 30 to 60 production ticks' work at once), with `small`
-            and `big` waiting
+tick s      Coordinator(batch=due).tick(): claims and polls every due wait in one tick (the production
+            batch is 100, so this is ten production ticks' work at once), with `small` and `big` waiting
 worker MB   peak RSS (VmHWM) of a worker process (AgentLoop, 4 threads, a coordinator with production
             settings) that ran `worker_seconds` while `due` waits came due every second, with `small` and
             with `big` runs waiting; flat: the difference stays under FLAT_MB

@@ -51,10 +51,6 @@ IDLE_SECONDS = 10.0
 # it stays at 4 there.
 POLL_THREADS = {"sqlite": 8}
 DEFAULT_POLL_THREADS = 4
-# Waits a tick claims, per polling thread. A tick polls its whole batch before it claims again, so a wait a
-# push made due while a batch is polled waits for the rest of it: a few polls per thread, not the 100 a
-# batch used to be (12 or 25 per thread). Claiming more often costs one small transaction per batch.
-BATCH_PER_THREAD = 4
 _READ = object()  # poll(): read the journal row or the agent itself
 # A send lasts at most three call timeouts (connect, first byte, the rest); the fourth is the margin.
 LONGEST_SEND_IN_TIMEOUTS = 4
@@ -65,11 +61,11 @@ POLL_BACKOFF_JITTER = 0.2
 
 
 class Coordinator:
-    def __init__(self, settings, *, concurrency: int | None = None, batch: int | None = None,
+    def __init__(self, settings, *, concurrency: int | None = None, batch: int = 100,
                  tick_seconds: float = TICK_SECONDS):
         concurrency = concurrency or POLL_THREADS.get(db.dialect(), DEFAULT_POLL_THREADS)
         self.settings = settings
-        self.batch = batch or BATCH_PER_THREAD * concurrency
+        self.batch = batch
         self.tick_seconds = tick_seconds
         self._application = None  # the one start() ran in: the pool's threads (made on first use) run there too
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coordinator",
