@@ -91,7 +91,7 @@ def _send(claim, message_id: str, body: str, **extra):
                                 tool_call_id="call_1", context_id="ctx", body=body, **extra)
 
 
-def test_a_first_attempt_journals_a_new_send_without_looking_for_one(open_gate):
+def test_a_first_attempt_journals_a_new_send_with_its_event(open_gate):
     run_id = runs.create_run("owner", "x")
     (claim,) = leases.claim_queued("w", 1, LEASE)
     row, is_new = _send(claim, "m-new", '{"x": 1}', first_attempt=True)
