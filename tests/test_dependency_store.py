@@ -2,8 +2,9 @@
 a cancel racing a resolution ends the wait once; two deadline resolutions journal one CancelTask; resends
 racing a reconciliation leave exactly one winner; a wait's next poll never passes its deadline; a push that
 comes before the suspension, or races it, is kept and makes the wait due, ahead of the routine polls of waits
-that started later; a backed-off wait and cancel are due at once when their agent answers again, and a
-cancel's claim schedules its next attempt."""
+that started later; a suspension that records the send's answer commits both or, refused, neither; a
+backed-off wait and cancel are due at once when their agent answers again, and a cancel's claim schedules its
+next attempt."""
 
 import threading
 import uuid
@@ -13,13 +14,13 @@ import pytest
 
 from sidecar.delegation import push
 from sidecar.domain.clock import utcnow
-from sidecar.domain.errors import InvalidState
+from sidecar.domain.errors import InvalidState, StatusNotWritable
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db, outbound, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
 from tests.support.delegation import journalled_send
-from tests.support.runs import run_row
+from tests.support.runs import event_kinds, event_payloads, run_row
 
 LEASE = LeasePolicy(30)
 
@@ -32,7 +33,8 @@ def open_gate(database_url):
 
 
 def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
-               push_token: str | None = None) -> DependencyWait:
+               push_token: str | None = None, sent: waits.Sent | None = None) -> DependencyWait:
+    """Suspend the claimed run on the send `row`; with `sent`, recording the send's answer in the suspension."""
     now = utcnow()
     suspension = waits.Suspension(
         tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=row.outcome,
@@ -40,7 +42,7 @@ def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60
         deadline_at=now + timedelta(seconds=deadline_in),
         next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
         push_token_sha256=waits.push_token_digest(push_token) if push_token else None)
-    waits.suspend(claim, suspension, delegations=1, bytes_used=8)
+    waits.suspend(claim, suspension, delegations=1, bytes_used=8, sent=sent)
     return waits.current_wait(claim.run_id)
 
 
@@ -266,11 +268,37 @@ def test_a_push_before_the_suspension_with_another_task_or_token_changes_nothing
     assert suspend_on(claim, row, poll=60, push_token=token).next_poll_at > utcnow()
 
 
-def test_a_push_racing_the_suspension_is_never_lost(database_url):
+@pytest.mark.parametrize("answer_recorded", ["before the suspension", "by the suspension"])
+def test_a_push_racing_the_suspension_is_never_lost(database_url, answer_recorded):
     for _ in range(10):
-        claim, row, token = send_with_push()
-        pushed, _ = race(lambda t=token, r=row: push.receive(push.authenticate(t), status_push(r.remote_task_id)),
-                         lambda c=claim, r=row, t=token: suspend_on(c, r, poll=60, push_token=t))
+        by_suspension = answer_recorded == "by the suspension"
+        claim, row, token = send_with_push(outcome="pending" if by_suspension else "accepted")
+        task_id = f"task-{claim.run_id}"
+        sent = waits.Sent("accepted", task_id) if by_suspension else None
+        pushed, _ = race(lambda t=token, k=task_id: push.receive(push.authenticate(t), status_push(k)),
+                         lambda c=claim, r=row, t=token, s=sent: suspend_on(c, r, poll=60, push_token=t, sent=s))
         assert pushed is True, pushed
         wait = waits.current_wait(claim.run_id)
         assert wait.next_poll_at <= utcnow(), "the push came before or after the suspension: the wait is due"
+        assert outbound.get(row.id).remote_task_id == task_id
+
+
+def test_a_suspension_records_the_send_answer_with_its_wait_and_a_refusal_undoes_both(database_url):
+    claim, row, _ = journalled_send(outcome="pending")
+    task_id = f"task-{claim.run_id}"
+    kinds_before = event_kinds(claim.run_id)
+    status_guard.install(lambda status, origin: "an older consumer" if status == waits.WAITING else None)
+    with pytest.raises(StatusNotWritable):
+        suspend_on(claim, row, sent=waits.Sent("accepted", task_id))
+    assert outbound.get(row.id).outcome == "pending" and event_kinds(claim.run_id) == kinds_before
+    assert run_row(claim.run_id).status == "running"
+    status_guard.install(lambda status, origin: None)
+    wait = suspend_on(claim, row, sent=waits.Sent("accepted", task_id))
+    recorded = outbound.get(row.id)
+    assert (recorded.outcome, recorded.remote_task_id) == ("accepted", task_id) and recorded.sent_at is not None
+    assert event_kinds(claim.run_id) == [*kinds_before, "outbound", "pause", "status"]
+    assert run_row(claim.run_id).last_event_sequence == len(kinds_before) + 3
+    assert (wait.outbound_id, run_row(claim.run_id).status) == (row.id, "waiting_for_dependency")
+    (pause,) = event_payloads(claim.run_id, "pause")
+    assert (pause["outcome"], pause["remote_task_id"]) == ("accepted", task_id)
+    assert event_payloads(claim.run_id, "outbound")[-1]["note"] == "sent"

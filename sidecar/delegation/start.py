@@ -104,6 +104,10 @@ def _start(call: DelegationCall, settings) -> Started:
         if _answered_at_once(sent):
             # Its outcome is recorded with its tool result, in one transaction (Settlement).
             return _answer_at_once(agent, sent, len(body), record_on=row.id)
+        if sent.outcome == OutboundOutcome.ACCEPTED:
+            # A task at work: its outcome is recorded with the suspension on it, in one transaction.
+            return _suspend(call, run, agent, row, len(body) + sent.bytes_received, settings,
+                            sent=waits.Sent(sent.outcome, sent.task.id))
         row = segment.guarded(outbound.record_outcome, row.id, sent.outcome,
                               remote_task_id=sent.task.id if sent.task else None, error=sent.error)
         if sent.outcome == OutboundOutcome.OUTCOME_UNKNOWN and (found := reconcile.try_find(client, row)):
@@ -175,15 +179,18 @@ def _after_retry(call, run, agent, row, settings) -> Started:
     return _suspend(call, run, agent, row, len(row.request_body), settings)
 
 
-def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
+def _suspend(call, run, agent, row, traffic: int, settings, sent: waits.Sent | None = None) -> Started:
+    """Suspend the run on the journalled send `row`; with `sent`, the send's outcome, which the suspension
+    records on the row (still `pending` until then)."""
     now = utcnow()
     deadline_at = now + timedelta(seconds=agent.deadline_seconds)
     first_poll = agent.poll_interval_seconds
     if row.push_token_sha256:
         first_poll = min(first_poll, FIRST_POLL_WITH_PUSH_SECONDS)
+    outcome, remote_task_id = (sent.outcome, sent.remote_task_id) if sent else (row.outcome, row.remote_task_id)
     checkpoint, fingerprint = remote.seal_checkpoint({
         "run_id": run.id, "tool_call_id": call.tool_call_id, "turn_index": call.turn_index,
-        "remote_agent": agent.name, "remote_task_id": row.remote_task_id, "outbound_id": row.id,
+        "remote_agent": agent.name, "remote_task_id": remote_task_id, "outbound_id": row.id,
         "context_id": row.context_id, "actor": run.owner, "workspace": run.workspace,
         "deadline_at": deadline_at.isoformat(),
         "run_deadline_at": run.deadline_at.isoformat() if run.deadline_at else None,
@@ -193,7 +200,7 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
     })
     suspension = waits.Suspension(
         tool_call_id=call.tool_call_id, turn_index=call.turn_index, remote_agent=agent.name, outbound_id=row.id,
-        outcome=row.outcome, remote_task_id=row.remote_task_id, checkpoint=checkpoint, key_fingerprint=fingerprint,
+        outcome=outcome, remote_task_id=remote_task_id, checkpoint=checkpoint, key_fingerprint=fingerprint,
         deadline_at=deadline_at,
         # A known task is polled; an unknown outcome is reconciled again at each poll (the one right after
         # the send may have failed too) until its task is found or the deadline comes.
@@ -201,13 +208,15 @@ def _suspend(call, run, agent, row, traffic: int, settings) -> Started:
         push_token_sha256=row.push_token_sha256,
     )
     try:
-        suspended = call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic)
+        suspended = call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic, sent=sent)
     except StatusNotWritable as exc:
         # The gate closed after the send was journalled (a host reported an older consumer meanwhile): the
         # run may not wait, so the call is given up, its remote task cancelled, and the send still counted.
+        if sent is not None:  # the refusal undid the outcome's recording with the rest: recorded on its own
+            call.segment.guarded(outbound.record_outcome, row.id, sent.outcome, remote_task_id=sent.remote_task_id)
         call.segment.guarded(outbound.give_up_send, row.id)
         log.warning("run %s gives up its delegation to %s: %s", run.id, agent.name, exc.reason)
         return Started(result=f"error: delegation is not offered to this run: {exc.reason}",
                        settle=outbound.Settlement(counts={"delegations_used": 1, "bytes_used": traffic}))
-    log.info("run %s waits on %s (%s)", run.id, agent.name, row.outcome)
+    log.info("run %s waits on %s (%s)", run.id, agent.name, outcome)
     return Started(suspended=True, cancel_marked=suspended.cancel_marked)

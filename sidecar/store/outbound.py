@@ -167,15 +167,27 @@ class Settlement:
 @transactional
 def record_outcome(claim: Claim, outbound_id: str, outcome: str, *, remote_task_id=None, error=None) -> Outbound:
     """Record what became of a send, only while it is still pending (a later writer never overwrites)."""
+    row, _ = write_outcome(outbound_id, outcome, remote_task_id=remote_task_id, error=error)
+    _event(claim, row, SENT_NOTE)
+    return row
+
+
+SENT_NOTE = "sent"  # the note of the `outbound` event that records a send's outcome
+
+
+def write_outcome(outbound_id: str, outcome: str, *, remote_task_id=None, error=None) -> tuple[Outbound, bool]:
+    """Inside the caller's transaction, without the event: what became of a send, only while it is still
+    pending. Returns the row, and whether this write recorded it (then the row is as written, and locked on a
+    server database); else the row as it is."""
     row = statements.update_returning_row(
         Outbound, {"id": outbound_id, "outcome": PENDING},
         {"outcome": outcome, "remote_task_id": remote_task_id, "error": error, "sent_at": utcnow()})
-    if row is None:  # no longer pending: the row as it is
-        row = get(outbound_id)
+    if row is not None:
+        return row, True
+    row = get(outbound_id)  # no longer pending: the row as it is
     if row is None:
         raise Outbound.DoesNotExist(f"outbound {outbound_id} does not exist")  # as get_by_id raised
-    _event(claim, row, "sent")
-    return row
+    return row, False
 
 
 @transactional

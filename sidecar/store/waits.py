@@ -10,7 +10,7 @@ Suspension, polling claims and resolution are each one guarded transaction:
 
 import hmac
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -55,29 +55,51 @@ class SuspendedOn(NamedTuple):
     cancel_marked: bool
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What the send's answer said, for suspend() to record on its still pending journal row."""
+
+    outcome: str
+    remote_task_id: str | None
+
+
 @transactional
-def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int) -> SuspendedOn:
+def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, sent: Sent | None = None
+            ) -> SuspendedOn:
     """Store the wait and suspend the run on it. Raises LeaseLost or StatusNotWritable.
 
-    One fenced UPDATE of the run (the lease released, the pause generation, the budget, both events'
+    One fenced UPDATE of the run (the lease released, the pause generation, the budget, the events'
     sequences) that returns what the wait needs; then the wait's INSERT and the `pause` and `status` events.
     `waiting_for_dependency` is outside the base vocabulary: the gate is asked for the run's origin in this
-    transaction, and a refusal undoes all of it."""
+    transaction, and a refusal undoes all of it.
+
+    With `sent`, the send's outcome is recorded first, with its `outbound` event (outbound.record_outcome),
+    in this transaction: the send's answer and the wait on it are committed together, one transaction a
+    delegation instead of two. Undone with the rest on a refusal or a lost lease (the row stays `pending`)."""
     wait_id = str(uuid.uuid4())
     now = utcnow()
-    pushed_early = outbound.pushed_early(s.outbound_id)  # first: on a server database it locks the send's row
+    # First: on a server database this locks the send's row (a push noting itself waits for this commit).
+    if sent is not None:
+        row, recorded = outbound.write_outcome(s.outbound_id, sent.outcome, remote_task_id=sent.remote_task_id)
+        pushed_early = row.push_received_at is not None if recorded else outbound.pushed_early(s.outbound_id)
+        s = replace(s, outcome=row.outcome, remote_task_id=row.remote_task_id)
+    else:
+        pushed_early = outbound.pushed_early(s.outbound_id)
+    events_written = 2 if sent is None else 3
     written = statements.update_run(
         claim.run_id,
         where={"lease_epoch": claim.epoch, "status": leases.RUNNING},
         values={"status": WAITING, "lease_holder": None, "lease_expires_at": None, "waiting_on": wait_id,
                 "updated_at": now},
         add={"pause_generation": 1, "delegations_used": delegations, "bytes_used": bytes_used,
-             "last_event_sequence": 2},
+             "last_event_sequence": events_written},
         returning=("pause_generation", "last_event_sequence", "deadline_at", "origin", "cancel_requested_at"),
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
     generation, sequence, run_deadline, origin, cancel_requested_at = written
+    if sent is not None:
+        events.record(claim.run_id, sequence - 2, "outbound", outbound.outbound_payload(row, outbound.SENT_NOTE))
     status_guard.check(WAITING, origin)
     due = earliest(s.deadline_at, Run.deadline_at.python_value(run_deadline))
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due

@@ -50,16 +50,18 @@ def delegating_run(agent: str, message: str, *, then: str = "Remote said: {last_
 
 
 def journalled_send(*, outcome: str = "accepted", push: bool = False):
-    """A claimed run with a journalled send (accepted with task `task-<run>`, or another outcome), and with
-    `push` the push token its body registers (journalled masked, as delegation/start.py does)."""
+    """A claimed run with a journalled send (accepted with task `task-<run>`, another outcome, or `pending`:
+    none recorded yet), and with `push` the push token its body registers (journalled masked, as
+    delegation/start.py does)."""
     run_id = runs.create_run("owner", "x", wake=False)
     (claim,) = leases.claim_queued("w", 1, LEASE)
     token = push_tokens.new_push_token(run_id) if push else None
     body = push_tokens.mask(send_body(token), token) if push else '{"x": 1}'
     row, _ = outbound.record_send(claim, owner="owner", remote_agent="research", message_id=str(uuid.uuid4()),
                                   tool_call_id="call_1", context_id=str(uuid.uuid4()), body=body, push_token=token)
-    task_id = f"task-{run_id}" if outcome == "accepted" else None
-    outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
+    if outcome != "pending":
+        task_id = f"task-{run_id}" if outcome == "accepted" else None
+        outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
     return claim, outbound.get(row.id), token
 
 
