@@ -1,9 +1,10 @@
 """Starting a delegation from a model's tool call: journal, send, then suspend or answer at once.
 
 The order is the promise: the request is committed to the journal (with the gate checked) before it
-leaves; what the send did is recorded; only then does the run suspend (or, when the remote answered
-already, the result is given at once). A retried segment lands on the same journal row (the message id is
-derived from the run and the tool-call id) and never sends twice.
+leaves; what the send did is recorded before the run suspends, or with the suspension, in its transaction
+(a task at work); or, when the remote answered already, with the result given at once. A retried segment
+lands on the same journal row (the message id is derived from the run and the tool-call id) and never sends
+twice.
 
 A send whose answer is lost (`outcome_unknown`) is reconciled at once, read-only, before the run
 suspends: a task found is waited on as if the answer had come.

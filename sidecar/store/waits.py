@@ -2,6 +2,7 @@
 
 Suspension, polling claims and resolution are each one guarded transaction:
 - suspend: the wait row, the run's pause counters and budget, and `waiting_for_dependency` (gate-checked);
+  for a send answered with a task at work, also the send's outcome;
 - claim_due: advancing a due row's next poll time is the claim, so several coordinators never poll one
   row twice. The next poll is never later than the wait's deadline (the earlier of the delegation's and
   the run's), so the same index and the same claim find the deadlines too;
