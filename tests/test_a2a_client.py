@@ -372,12 +372,13 @@ def test_the_0_3_dialect_end_to_end(pool):
     assert set(peer.calls) == {"message/send", "tasks/get", "tasks/cancel"}
 
 
-def test_the_connected_address_is_checked_again():
+def test_the_connected_address_is_checked_again(monkeypatch):
     # What a name that resolves differently on the second lookup (DNS rebinding) meets: the socket's real
     # peer is checked after connecting and before anything is written.
+    monkeypatch.setattr(a2a, "check_url", lambda url, allow: [])  # the first lookup found an address allowed
     with SilentServer() as server:
         host, port = server.url.removeprefix("http://").split(":")
-        token = a2a._CALL.set(a2a._Call(AllowList([])))
+        token = a2a._CALL.set(a2a._Call(AllowList([]), server.url))
         try:
             connection = a2a._GuardedHTTPConnection(host, int(port), timeout=2)
             with pytest.raises(AddressRefused, match="loopback"):
@@ -461,6 +462,18 @@ def test_reads_keep_their_connection_alive_and_sends_never_do():
         for number in range(2):
             assert send(client, "hello", message_id=f"m-keep-{number}").outcome == "accepted"
         assert agent.connections == 3  # a send on a connection of its own, every time
+
+
+def test_the_guard_resolves_the_name_for_every_new_connection_and_not_for_a_kept_alive_one(monkeypatch):
+    checked, check = [], a2a.check_url
+    monkeypatch.setattr(a2a, "check_url", lambda url, allow: checked.append(url) or check(url, allow))
+    with _CountingAgent() as agent:
+        client = _client_of(agent)
+        for _ in range(3):
+            assert client.get_task("task-1").state == "working"
+        assert len(checked) == agent.connections == 1
+        assert send(client, "hello", message_id="m-guarded").outcome == "accepted"
+        assert len(checked) == agent.connections == 2
 
 
 def test_a_kept_alive_connection_the_peer_closed_costs_a_read_nothing_and_a_send_is_never_retried():

@@ -41,7 +41,7 @@ from urllib3.exceptions import (
 from urllib3.util import Timeout
 
 from sidecar.application import current
-from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url
+from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url, parse_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
 from sidecar.domain import push_tokens
 from sidecar.domain.text import storable
@@ -70,6 +70,7 @@ class PushTarget:
 @dataclass
 class _Call:
     allow: AllowList
+    url: str  # checked by the guard before each new connection is made for it
     sent: bool = False  # set just before the first byte of the request is written to the socket
     connected: bool = False  # set when the call opened a connection of its own (not one kept alive)
 
@@ -80,9 +81,11 @@ _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 class _GuardedConnection:
     def _new_conn(self):
-        sock = super()._new_conn()
-        # The name was checked before connecting; this checks the address the socket really reached.
+        # The name is resolved and checked before connecting (a kept-alive connection was checked when it was
+        # made, so a read on one resolves nothing); then the address the socket really reached is checked.
         call = _CALL.get()
+        check_url(call.url, call.allow)
+        sock = super()._new_conn()
         try:
             check_connected(self.host, sock.getpeername()[0], call.allow)
         except AddressRefused:
@@ -213,10 +216,10 @@ def _exchange(method: str, url: str, *, body: bytes | None, headers: dict, allow
 
 def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
                    max_bytes: int, keep_alive: bool) -> _Answer:
-    call = _Call(allow)
+    call = _Call(allow, url)
     token = _CALL.set(call)
     try:
-        check_url(url, allow)
+        parse_url(url)  # an http or https URL with a host, or AddressRefused before anything else
         session = _session(url, allow, keep_alive=keep_alive)
         response = _open(session, method, url, body=body, headers=headers, timeout=timeout)
         consumed = False
