@@ -247,6 +247,11 @@ def test_a_send_not_delivered_costs_no_delegation(settings, peers, start_worker)
     remote.client_for(remote_agents.get_agent("down"), settings)  # its card was read while it was up
     assert RemoteAgent.get(RemoteAgent.name == "down").endpoint
     down.stop()  # then it went away: the send is refused before any byte leaves
+    # Its port stays closed (bound, not listening): a peer started later, here or by a test beside this one,
+    # could otherwise be given that port and answer the send meant for the agent that went away.
+    closed = socket.socket()
+    closed.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    closed.bind(("127.0.0.1", down.port))
     up = peers.start(card="1.0")
     register("up", up.url)
     run_id = scripted_run(
@@ -257,6 +262,7 @@ def test_a_send_not_delivered_costs_no_delegation(settings, peers, start_worker)
     )
     start_worker(concurrency=1)
     run = finished(run_id)
+    closed.close()
 
     first, second = tool_results(run_id)
     assert first.startswith("error: remote agent down unreachable")
