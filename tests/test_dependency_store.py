@@ -33,16 +33,18 @@ def open_gate(database_url):
 
 
 def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
-               push_token: str | None = None, sent: waits.Sent | None = None) -> DependencyWait:
-    """Suspend the claimed run on the send `row`; with `sent`, recording the send's answer in the suspension."""
+               push_token: str | None = None, answer_task: str | None = None) -> DependencyWait:
+    """Suspend the claimed run on the send `row`; with `answer_task`, the suspension records the send's answer
+    (accepted, that task) on the row."""
     now = utcnow()
+    outcome, task_id = ("accepted", answer_task) if answer_task else (row.outcome, row.remote_task_id)
     suspension = waits.Suspension(
-        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=row.outcome,
-        remote_task_id=row.remote_task_id, checkpoint="sealed", key_fingerprint="f" * 16,
+        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=outcome,
+        remote_task_id=task_id, checkpoint="sealed", key_fingerprint="f" * 16,
         deadline_at=now + timedelta(seconds=deadline_in),
         next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
         push_token_sha256=waits.push_token_digest(push_token) if push_token else None)
-    waits.suspend(claim, suspension, delegations=1, bytes_used=8, sent=sent)
+    waits.suspend(claim, suspension, delegations=1, bytes_used=8, record_outcome=answer_task is not None)
     return waits.current_wait(claim.run_id)
 
 
@@ -274,9 +276,10 @@ def test_a_push_racing_the_suspension_is_never_lost(database_url, answer_recorde
         by_suspension = answer_recorded == "by the suspension"
         claim, row, token = send_with_push(outcome="pending" if by_suspension else "accepted")
         task_id = f"task-{claim.run_id}"
-        sent = waits.Sent("accepted", task_id) if by_suspension else None
+        answer_task = task_id if by_suspension else None
         pushed, _ = race(lambda t=token, k=task_id: push.receive(push.authenticate(t), status_push(k)),
-                         lambda c=claim, r=row, t=token, s=sent: suspend_on(c, r, poll=60, push_token=t, sent=s))
+                         lambda c=claim, r=row, t=token, a=answer_task: suspend_on(c, r, poll=60, push_token=t,
+                                                                                   answer_task=a))
         assert pushed is True, pushed
         wait = waits.current_wait(claim.run_id)
         assert wait.next_poll_at <= utcnow(), "the push came before or after the suspension: the wait is due"
@@ -289,11 +292,11 @@ def test_a_suspension_records_the_send_answer_with_its_wait_and_a_refusal_undoes
     kinds_before = event_kinds(claim.run_id)
     status_guard.install(lambda status, origin: "an older consumer" if status == waits.WAITING else None)
     with pytest.raises(StatusNotWritable):
-        suspend_on(claim, row, sent=waits.Sent("accepted", task_id))
+        suspend_on(claim, row, answer_task=task_id)
     assert outbound.get(row.id).outcome == "pending" and event_kinds(claim.run_id) == kinds_before
     assert run_row(claim.run_id).status == "running"
     status_guard.install(lambda status, origin: None)
-    wait = suspend_on(claim, row, sent=waits.Sent("accepted", task_id))
+    wait = suspend_on(claim, row, answer_task=task_id)
     recorded = outbound.get(row.id)
     assert (recorded.outcome, recorded.remote_task_id) == ("accepted", task_id) and recorded.sent_at is not None
     assert event_kinds(claim.run_id) == [*kinds_before, "outbound", "pause", "status"]

@@ -107,8 +107,7 @@ def _start(call: DelegationCall, settings) -> Started:
             return _answer_at_once(agent, sent, len(body), record_on=row.id)
         if sent.outcome == OutboundOutcome.ACCEPTED:
             # A task at work: its outcome is recorded with the suspension on it, in one transaction.
-            return _suspend(call, run, agent, row, len(body) + sent.bytes_received, settings,
-                            sent=waits.Sent(sent.outcome, sent.task.id))
+            return _suspend(call, run, agent, row, len(body) + sent.bytes_received, settings, answer=sent)
         row = segment.guarded(outbound.record_outcome, row.id, sent.outcome,
                               remote_task_id=sent.task.id if sent.task else None, error=sent.error)
         if sent.outcome == OutboundOutcome.OUTCOME_UNKNOWN and (found := reconcile.try_find(client, row)):
@@ -180,15 +179,15 @@ def _after_retry(call, run, agent, row, settings) -> Started:
     return _suspend(call, run, agent, row, len(row.request_body), settings)
 
 
-def _suspend(call, run, agent, row, traffic: int, settings, sent: waits.Sent | None = None) -> Started:
-    """Suspend the run on the journalled send `row`; with `sent`, the send's outcome, which the suspension
-    records on the row (still `pending` until then)."""
+def _suspend(call, run, agent, row, traffic: int, settings, answer: SendResult | None = None) -> Started:
+    """Suspend the run on the journalled send `row`; with `answer`, the send's answer (a task at work), which
+    the suspension records on the row (still `pending` until then)."""
     now = utcnow()
     deadline_at = now + timedelta(seconds=agent.deadline_seconds)
     first_poll = agent.poll_interval_seconds
     if row.push_token_sha256:
         first_poll = min(first_poll, FIRST_POLL_WITH_PUSH_SECONDS)
-    outcome, remote_task_id = (sent.outcome, sent.remote_task_id) if sent else (row.outcome, row.remote_task_id)
+    outcome, remote_task_id = (answer.outcome, answer.task.id) if answer else (row.outcome, row.remote_task_id)
     checkpoint, fingerprint = remote.seal_checkpoint({
         "run_id": run.id, "tool_call_id": call.tool_call_id, "turn_index": call.turn_index,
         "remote_agent": agent.name, "remote_task_id": remote_task_id, "outbound_id": row.id,
@@ -209,12 +208,13 @@ def _suspend(call, run, agent, row, traffic: int, settings, sent: waits.Sent | N
         push_token_sha256=row.push_token_sha256,
     )
     try:
-        suspended = call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic, sent=sent)
+        suspended = call.segment.guarded(waits.suspend, suspension, delegations=1, bytes_used=traffic,
+                                         record_outcome=answer is not None)
     except StatusNotWritable as exc:
         # The gate closed after the send was journalled (a host reported an older consumer meanwhile): the
         # run may not wait, so the call is given up, its remote task cancelled, and the send still counted.
-        if sent is not None:  # the refusal undid the outcome's recording with the rest: recorded on its own
-            call.segment.guarded(outbound.record_outcome, row.id, sent.outcome, remote_task_id=sent.remote_task_id)
+        if answer is not None:  # the refusal undid the outcome's recording with the rest: recorded on its own
+            call.segment.guarded(outbound.record_outcome, row.id, outcome, remote_task_id=remote_task_id)
         call.segment.guarded(outbound.give_up_send, row.id)
         log.warning("run %s gives up its delegation to %s: %s", run.id, agent.name, exc.reason)
         return Started(result=f"error: delegation is not offered to this run: {exc.reason}",

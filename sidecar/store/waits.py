@@ -56,16 +56,8 @@ class SuspendedOn(NamedTuple):
     cancel_marked: bool
 
 
-@dataclass(frozen=True)
-class Sent:
-    """What the send's answer said, for suspend() to record on its still pending journal row."""
-
-    outcome: str
-    remote_task_id: str | None
-
-
 @transactional
-def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, sent: Sent | None = None
+def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, record_outcome: bool = False
             ) -> SuspendedOn:
     """Store the wait and suspend the run on it. Raises LeaseLost or StatusNotWritable.
 
@@ -74,19 +66,20 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, s
     `waiting_for_dependency` is outside the base vocabulary: the gate is asked for the run's origin in this
     transaction, and a refusal undoes all of it.
 
-    With `sent`, the send's outcome is recorded first, with its `outbound` event (outbound.record_outcome),
-    in this transaction: the send's answer and the wait on it are committed together, one transaction a
-    delegation instead of two. Undone with the rest on a refusal or a lost lease (the row stays `pending`)."""
+    With `record_outcome`, the suspension's outcome and task id are the send's answer, recorded first on its
+    still pending journal row, with its `outbound` event (outbound.record_outcome), in this transaction: the
+    send's answer and the wait on it are committed together, one transaction a delegation instead of two.
+    Undone with the rest on a refusal or a lost lease (the row stays `pending`)."""
     wait_id = str(uuid.uuid4())
     now = utcnow()
     # First: on a server database this locks the send's row (a push noting itself waits for this commit).
-    if sent is not None:
-        row, recorded = outbound.write_outcome(s.outbound_id, sent.outcome, remote_task_id=sent.remote_task_id)
+    if record_outcome:
+        row, recorded = outbound.write_outcome(s.outbound_id, s.outcome, remote_task_id=s.remote_task_id)
         pushed_early = row.push_received_at is not None if recorded else outbound.pushed_early(s.outbound_id)
-        s = replace(s, outcome=row.outcome, remote_task_id=row.remote_task_id)
+        s = replace(s, outcome=row.outcome, remote_task_id=row.remote_task_id)  # a row settled already wins
     else:
         pushed_early = outbound.pushed_early(s.outbound_id)
-    events_written = 2 if sent is None else 3
+    events_written = 3 if record_outcome else 2
     written = statements.update_run(
         claim.run_id,
         where={"lease_epoch": claim.epoch, "status": leases.RUNNING},
@@ -99,7 +92,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, s
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
     generation, sequence, run_deadline, origin, cancel_requested_at = written
-    if sent is not None:
+    if record_outcome:
         events.record(claim.run_id, sequence - 2, "outbound", outbound.outbound_payload(row, outbound.SENT_NOTE))
     status_guard.check(WAITING, origin)
     due = earliest(s.deadline_at, Run.deadline_at.python_value(run_deadline))
