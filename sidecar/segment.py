@@ -66,6 +66,11 @@ class Segment:
         Returns whether a cancel is requested, as the run row it wrote says."""
         return self.guarded(turns.save_turn, index, message, tokens, cost, event)
 
+    def save_turn_and_journal(self, record: dict, send: dict):
+        """save_turn() of a turn whose lone call delegates, with the journal row of that call's send, in one
+        transaction (store/turns.py): the row, or None when a cancel is marked (the turn alone is saved)."""
+        return self.guarded(turns.save_turn_and_journal, **record, send=send)
+
     def complete_with_turn(self, index: int, message: dict, *, tokens: int, cost: float, event: dict,
                            output: str) -> SegmentOutcome:
         """save_turn() of the run's last turn (one that calls no tool) and complete() with `output`, in one

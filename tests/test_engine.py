@@ -335,6 +335,53 @@ def test_a_delegation_is_told_whether_its_call_is_new_to_this_segment(database_u
     assert run_row(run_id).output == "answered"
 
 
+class HandOver(FunctionTool):
+    """A delegation tool that would save its call's turn with its journal row, and answers at once instead."""
+
+    delegation = True
+    journals_with_turn = True
+
+    def __init__(self, seen: list):
+        super().__init__("hand_over", None)
+        self.seen = seen
+
+    def delegate(self, call):
+        self.seen.append(call.unsaved_turn.saved)
+        return Started(result="answered")
+
+
+def test_a_turn_left_to_its_delegation_is_saved_before_the_call_result_when_the_tool_did_not(database_url):
+    consumers.replace_report([])  # delegation offered
+    seen = []
+    run_id = _run([{"tool_calls": [_call("hand_over", {})]}, {"content": "{last_tool_result}"}],
+                  tools=["hand_over"])
+    assert drive_segment(loop=AgentLoop(registry(HandOver(seen)))) is SegmentOutcome.COMPLETED
+    assert seen == [False]  # handed over unsaved
+    assert [t.index for t in ModelTurn.select().where(ModelTurn.run == run_id)] == [0, 1]
+    assert [k for k in event_kinds(run_id) if k in ("llm", "tool")] == ["llm", "tool", "llm"]
+    assert (run_row(run_id).output, run_row(run_id).iterations_used) == ("answered", 2)
+
+
+def test_a_turn_left_to_its_delegation_is_saved_when_the_deadline_stops_the_run_before_the_call(database_url):
+    class SlowProvider:
+        name = "slow"
+
+        def next_turn(self, request):
+            time.sleep(0.8)  # the model answers after the run's deadline
+            return ScriptedProvider().next_turn(request)
+
+    consumers.replace_report([])
+    seen = []
+    base = registry(HandOver(seen))
+    loop = AgentLoop(replace(base, providers={**base.providers, "slow": SlowProvider()}))
+    run_id = runs.create_run("be_user:7", "hi", budget={"deadline_seconds": 0.5}, spec={
+        "provider": "slow", "tools": ["hand_over"], "script": [{"tool_calls": [_call("hand_over", {})]}]})
+    assert drive_segment(loop=loop) is SegmentOutcome.FAILED
+    row = run_row(run_id)
+    assert (row.termination_reason, row.iterations_used, seen) == ("deadline_exceeded", 1, [])
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 1  # saved before the stop, as any turn
+
+
 def test_a_provider_that_raises_fails_the_run_as_a_provider_failure(database_url):
     class Broken:
         name = "broken"

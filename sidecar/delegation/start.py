@@ -24,7 +24,7 @@ from datetime import timedelta
 
 from .. import failpoints, logs
 from ..domain.clock import utcnow
-from ..domain.errors import MessageIdTaken, StatusNotWritable
+from ..domain.errors import CancelRequested, MessageIdTaken, StatusNotWritable
 from ..domain.push_tokens import new_push_token
 from ..domain.vocabulary import OutboundOutcome
 from ..engine.tools import DelegationCall
@@ -88,12 +88,11 @@ def _start(call: DelegationCall, settings) -> Started:
     if run.max_bytes is not None and run.bytes_used + len(body) > run.max_bytes:
         return error(f"transfer budget exhausted ({run.bytes_used} of {run.max_bytes} bytes used)")
     try:
-        row, is_new = segment.guarded(
-            outbound.record_send, owner=run.owner, remote_agent=agent.name,
-            message_id=message_id_for(run.id, call.tool_call_id), tool_call_id=call.tool_call_id,
+        row, is_new = _journal(call, run, dict(
+            owner=run.owner, remote_agent=agent.name, message_id=message_id, tool_call_id=call.tool_call_id,
             context_id=context_id, body=journalled(body, push), push_token=push.token if push else None,
-            origin=run.origin, first_attempt=call.first_attempt,
-        )
+            origin=run.origin,
+        ))
     except StatusNotWritable as exc:
         return error(f"delegation is not offered to this run: {exc.reason}")
     except MessageIdTaken as exc:
@@ -118,6 +117,30 @@ def _start(call: DelegationCall, settings) -> Started:
                     return _answer_at_once(agent, sent, len(body), record_on=None)
         return _suspend(call, run, agent, row, len(body) + sent.bytes_received, settings)
     return _after_retry(call, run, agent, row, settings)
+
+
+def _journal(call: DelegationCall, run, send: dict) -> tuple[outbound.Outbound, bool]:
+    """record_send() of the call's send: (row, is_new). A turn the loop left unsaved is saved with a new row, in
+    one transaction; should that be refused (the gate, a taken message id), both are undone, and the turn is
+    saved on its own before the send is journalled as for a turn saved earlier. CancelRequested when the run
+    row written with the turn says a cancel is requested: nothing is journalled."""
+    held = call.unsaved_turn
+    if held is None or held.saved:
+        return call.segment.guarded(outbound.record_send, first_attempt=call.first_attempt, **send)
+    try:
+        row = held.save_with_journal(send)
+    except (StatusNotWritable, MessageIdTaken):  # JournalledAlready too
+        row = None
+        held.save()
+    if held.cancel_marked:
+        raise CancelRequested(run.id)
+    # `run` was read before the turn was saved: the checkpoint counts the turn too.
+    run.iterations_used += 1
+    run.tokens_used += held.record["tokens"]
+    run.cost_used += held.record["cost"]
+    if row is not None:
+        return row, True
+    return call.segment.guarded(outbound.record_send, first_attempt=True, **send)
 
 
 def _push_target(run_id: str, message_id: str, agent, client, settings, *, first_attempt: bool

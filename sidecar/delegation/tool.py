@@ -12,6 +12,7 @@ class DelegateTool(Tool):
     # The journal makes a retry land on the same row: at most one remote task per tool call.
     effect = ToolEffect.IDEMPOTENT_WRITE
     delegation = True
+    journals_with_turn = True  # start.py saves a first attempt's turn with its journal row
     description = ("Hands a task to a remote agent and waits for its answer (minutes or hours). Must be the only "
                    "tool call of its turn. To answer a remote agent that asked for input, pass its task_id.")
     parameters = {

@@ -173,6 +173,11 @@ class MessageIdTaken(SidecarError):
     """The message id is taken by another request body (or another owner): refused, nothing sent."""
 
 
+class JournalledAlready(MessageIdTaken):
+    """A first attempt's journal row found its message id taken, where no row could exist yet: the caller
+    undoes the attempt and looks for the row, as a retry does (store/outbound.py, record_send)."""
+
+
 class KeyNotConfigured(SidecarError):
     """The value was sealed under a key that is not configured (any more)."""
 

@@ -26,7 +26,7 @@ from ..store import turns as saved
 from . import pausing
 from .providers import ModelProvider, ProviderError, TurnRequest
 from .registry import Registry, build_registry
-from .tools import DelegationCall, ToolContext, ToolError, error_text
+from .tools import DelegationCall, ToolContext, ToolError, UnsavedTurn, error_text
 from .turns import Conversation, ToolCall, Turn, assign_call_ids
 
 log = logging.getLogger("nrllm_sidecar.engine")
@@ -81,6 +81,7 @@ class _RunSegment:
         # The cancel mark as the run row last read says, until a step boundary takes it (_cancel_requested).
         self.cancel_mark: bool | None = segment.run.cancel_requested_at is not None
         self.replayed_turns = 0  # turns saved by earlier segments: those at this index and after are this one's
+        self.held: UnsavedTurn | None = None  # the last turn, counted but not yet saved (_hold)
         self.tool_context = ToolContext(segment, lambda: self._boundary(asking_model=False))
 
     def execute(self) -> SegmentOutcome:
@@ -134,7 +135,10 @@ class _RunSegment:
             turn = self._ask(provider)
             if turn.is_final:
                 return self._save_final(turn)
-            self._save(turn)
+            if self._journals_with_turn(turn):
+                self._hold(turn)
+            else:
+                self._save(turn)
 
     def _withhold_delegation(self) -> dict[str, str]:
         """Take delegation tools out of the offer while the gate refuses waiting_for_dependency; name -> why."""
@@ -185,6 +189,32 @@ class _RunSegment:
         self.conversation.add_turn(turn)
         self.budget = self.budget.spend(turn.tokens, turn.cost)
 
+    def _journals_with_turn(self, turn: Turn) -> bool:
+        """Whether the turn is a lone call of a tool that saves the turn with its journal row (a delegation run
+        at once: no approval to wait for)."""
+        if len(turn.tool_calls) != 1:
+            return False
+        tool = self.offered.get(turn.tool_calls[0].name)
+        return (tool is not None and tool.delegation and tool.journals_with_turn
+                and not pausing.needs_approval(list(turn.tool_calls), self.offered))
+
+    def _hold(self, turn: Turn) -> None:
+        """_save() for a turn the delegation tool saves with its journal row (UnsavedTurn): counted here, written
+        there. The run row written with it says whether a cancel is requested, so the step boundary before
+        the call reads no mark of its own."""
+        self.held = UnsavedTurn(self.segment, self._turn_record(turn))
+        self.cancel_mark = False
+        self.conversation.add_turn(turn)
+        self.budget = self.budget.spend(turn.tokens, turn.cost)
+
+    def _save_held(self) -> None:
+        """Save the held turn on its own if the tool did not save it; stop if a cancel was marked meanwhile."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.save()
+            if held.cancel_marked:
+                raise Interrupted(CANCEL_REQUESTED)
+
     def _save_final(self, turn: Turn) -> SegmentOutcome:
         """A turn that calls no tool ends the run: saved with the run's completion, one write instead of two."""
         return self.segment.complete_with_turn(**self._turn_record(turn), output=turn.content or "")
@@ -233,6 +263,7 @@ class _RunSegment:
                 self.segment.stamp_pending_effect(f"{call.name} (tool call {call.id})")
                 in_flight = True
             result = self._call(tool, call)
+        self._save_held()
         event = {
             "turn_index": len(self.conversation.turns) - 1,
             "tool_call_id": call.id,
@@ -275,7 +306,7 @@ class _RunSegment:
                     for m in self.conversation.messages]
         index = len(self.conversation.turns) - 1
         return DelegationCall(self.segment, call.id, index, call.arguments, messages,
-                              first_attempt=index >= self.replayed_turns)
+                              first_attempt=index >= self.replayed_turns, unsaved_turn=self.held)
 
     def _call(self, tool, call: ToolCall) -> str:
         try:
@@ -296,6 +327,11 @@ class _RunSegment:
     # -- endings -------------------------------------------------------------------------------
 
     def _stop(self, stop: Stop) -> SegmentOutcome:
+        if self.held is not None:  # stopped at the boundary before its call: saved, as any turn before a stop
+            try:
+                self._save_held()
+            except Interrupted as cancelled:
+                stop = cancelled.stop
         if stop.reason is TerminationReason.CANCELLED:
             return self.segment.cancel()
         self.segment.event("budget", {"reason": stop.reason.value, "message": stop.message})

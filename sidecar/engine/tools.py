@@ -57,6 +57,31 @@ class ToolContext:
             self._check()
 
 
+class UnsavedTurn:
+    """A turn whose lone call delegates, not yet saved, so that the call's journal row can be written with it
+    (Tool.journals_with_turn). Whatever else the tool does, the loop saves it on its own before the call's
+    result or any ending of the segment: a turn is always saved before what follows from it."""
+
+    def __init__(self, segment, record: dict):
+        self.segment = segment  # sidecar.segment.Segment
+        self.record = record  # Segment.save_turn's arguments
+        self.saved = False
+        self.cancel_marked = False  # what the run row written with the turn said
+
+    def save(self) -> None:
+        """Save it on its own, unless it is saved already."""
+        if not self.saved:
+            self.cancel_marked = self.segment.save_turn(**self.record)
+            self.saved = True
+
+    def save_with_journal(self, send: dict):
+        """Save it with the journal row of its call's send (store/turns.py, save_turn_and_journal): the row, or
+        None when a cancel is marked (then the turn alone is saved)."""
+        row = self.segment.save_turn_and_journal(self.record, send)
+        self.saved, self.cancel_marked = True, row is None
+        return row
+
+
 @dataclass(frozen=True)
 class DelegationCall:
     """What the loop hands a delegation tool for one tool call (Tool.delegate, Tool.give_up)."""
@@ -69,6 +94,8 @@ class DelegationCall:
     # The call's turn was saved by this segment, so no earlier attempt of the call can have journalled a send:
     # the tool need not look for one before its own journal write (which still refuses a second).
     first_attempt: bool = False
+    # Only for a tool that journals_with_turn: the call's turn, left for the tool to save with its journal row.
+    unsaved_turn: UnsavedTurn | None = None
 
 
 class Tool:
@@ -79,6 +106,9 @@ class Tool:
     # A delegation tool suspends its run in waiting_for_dependency: it is offered only while the
     # compatibility gate lets that status be written for the run's origin.
     delegation: ClassVar[bool] = False
+    # A delegation tool whose delegate() saves a first attempt's turn (DelegationCall.unsaved_turn) in the
+    # transaction that journals the send: one transaction less a delegation.
+    journals_with_turn: ClassVar[bool] = False
     # A person approves the calls of a turn that calls this tool before any of them runs (per turn).
     requires_approval: ClassVar[bool] = False
     # The tool asks the person for input instead of running: the run waits for it (see AskUserTool).

@@ -22,7 +22,7 @@ from peewee import IntegrityError
 from .. import wakeup
 from ..domain import push_tokens
 from ..domain.clock import utcnow
-from ..domain.errors import MessageIdTaken
+from ..domain.errors import JournalledAlready, MessageIdTaken
 from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
 from . import events, notify, statements, status_guard
 from .db import database, dialect, transactional
@@ -50,10 +50,6 @@ def _event(claim: Claim, row: Outbound, note: str) -> None:
 UNREAD = object()  # record_send's origin when the caller did not read it
 
 
-class _JournalledAlready(Exception):
-    """record_send's INSERT found the message id taken where the caller said no row could exist yet."""
-
-
 def record_send(
     claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str, context_id: str,
     body: str, push_token: str | None = None, resend_count: int = 0, origin=UNREAD, first_attempt: bool = False,
@@ -79,41 +75,62 @@ def record_send(
                   context_id=context_id, body=body, push_token=push_token, resend_count=resend_count, origin=origin)
     if first_attempt:
         try:
-            return _record_send(claim, look_first=False, **fields)
-        except _JournalledAlready:
+            return _journal_first(claim, **fields), True
+        except JournalledAlready:
             pass
-    return _record_send(claim, look_first=True, **fields)
+    return _record_send(claim, **fields)
 
 
 @transactional
-def _record_send(claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str,
-                 context_id: str, body: str, push_token: str | None, resend_count: int, origin, look_first: bool
-                 ) -> tuple[Outbound, bool]:
+def _journal_first(claim: Claim, **fields) -> Outbound:
+    return journal_first_send(claim, **fields)
+
+
+def journal_first_send(claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str,
+                       context_id: str, body: str, push_token: str | None = None, resend_count: int = 0,
+                       origin=UNREAD) -> Outbound:
+    """record_send()'s new row of a first attempt, inside the caller's transaction (turns.save_turn_and_journal
+    writes it with the call's turn): the gate checked, the row and its `outbound` event written.
+    JournalledAlready when the message id is taken."""
     _refuse_secret(body, push_token)
-    digest = sha256(body)
-    existing = by_message_id(message_id) if look_first else None
+    return _insert_send(claim, JournalledAlready, owner=owner, remote_agent=remote_agent, message_id=message_id,
+                        tool_call_id=tool_call_id, context_id=context_id, body=body, push_token=push_token,
+                        resend_count=resend_count, origin=origin)
+
+
+@transactional
+def _record_send(claim: Claim, **fields) -> tuple[Outbound, bool]:
+    _refuse_secret(fields["body"], fields["push_token"])
+    existing = by_message_id(fields["message_id"])
     if existing is None:
-        if origin is UNREAD:
-            origin = statements.select_value(Run, "origin", id=claim.run_id)
-        status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
-        values = dict(
-            id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id,
-            remote_agent=remote_agent, message_id=message_id, tool_call_id=tool_call_id, context_id=context_id,
-            request_body=body, request_sha256=digest, outcome=PENDING, resend_count=resend_count,
-            created_at=utcnow(), push_token_sha256=push_tokens.digest(push_token) if push_token else None,
-        )
-        row = Outbound(**values)
-        try:
-            statements.insert_row(Outbound, values)
-        except IntegrityError:
-            if not look_first:
-                raise _JournalledAlready from None
-            raise MessageIdTaken(f"message id {message_id} was journalled concurrently") from None
-        _event(claim, row, "journalled before sending")
-        return row, True
-    if existing.request_sha256 != digest or existing.owner != owner or existing.run_id != claim.run_id:
-        raise MessageIdTaken(f"message id {message_id} is journalled with another request; nothing was sent")
+        return _insert_send(claim, MessageIdTaken, **fields), True
+    if (existing.request_sha256 != sha256(fields["body"]) or existing.owner != fields["owner"]
+            or existing.run_id != claim.run_id):
+        raise MessageIdTaken(f"message id {fields['message_id']} is journalled with another request; nothing was sent")
     return _settle_left_pending(claim, existing), False
+
+
+def _insert_send(claim: Claim, taken: type[Exception], *, owner: str, remote_agent: str, message_id: str,
+                 tool_call_id: str, context_id: str, body: str, push_token: str | None, resend_count: int,
+                 origin) -> Outbound:
+    """The new `send` row and its event, once the gate lets the run wait on it; `taken` is raised when the
+    message id is journalled already."""
+    if origin is UNREAD:
+        origin = statements.select_value(Run, "origin", id=claim.run_id)
+    status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
+    values = dict(
+        id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id, remote_agent=remote_agent,
+        message_id=message_id, tool_call_id=tool_call_id, context_id=context_id, request_body=body,
+        request_sha256=sha256(body), outcome=PENDING, resend_count=resend_count, created_at=utcnow(),
+        push_token_sha256=push_tokens.digest(push_token) if push_token else None,
+    )
+    row = Outbound(**values)
+    try:
+        statements.insert_row(Outbound, values)
+    except IntegrityError:
+        raise taken(f"message id {message_id} was journalled concurrently") from None
+    _event(claim, row, "journalled before sending")
+    return row
 
 
 def _refuse_secret(body: str, push_token: str | None) -> None:

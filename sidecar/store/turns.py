@@ -25,6 +25,19 @@ def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float,
 
 
 @transactional
+def save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
+                          send: dict) -> outbound.Outbound | None:
+    """save_turn() of a turn whose lone call delegates, and the journal row of that call's send
+    (outbound.journal_first_send with `send`), in one transaction: the turn is still written ahead of its
+    tool, and the row ahead of the request. None when the run row this write updated says a cancel is
+    requested: then the turn alone is written, and nothing is journalled (the step boundary before the tool
+    would have stopped there). A refusal of the gate or a taken message id undoes both."""
+    if _write_turn(claim, index, message, tokens, cost, event):
+        return None
+    return outbound.journal_first_send(claim, **send)
+
+
+@transactional
 def save_final_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
                     output: str) -> None:
     """Save the run's last turn (it calls no tool), as save_turn() does, and complete the run with `output`, in
