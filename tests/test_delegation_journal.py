@@ -1,7 +1,7 @@
 """The turn whose lone call delegates and that call's journal row are written in one transaction
 (store/turns.py, save_turn_and_journal), with a real a2a-sdk peer: both or neither; a cancel marked before
 that write journals and sends nothing; a gate closed since the offer leaves the turn saved on its own and
-gives the call the gate's reason."""
+gives the call the gate's reason. And what a whole delegation cycle writes, counted on SQLite."""
 
 from dataclasses import replace
 
@@ -11,7 +11,7 @@ from sidecar.domain.vocabulary import SegmentOutcome
 from sidecar.engine import AgentLoop
 from sidecar.engine.providers import ScriptedProvider
 from sidecar.engine.registry import build_registry
-from sidecar.store import consumers, outbound, turns
+from sidecar.store import consumers, events, outbound, turns
 from sidecar.store.models import ModelTurn, Outbound
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
 from tests.support.engine import Crash, request_cancel, requeue_as_the_reaper_would
@@ -48,9 +48,11 @@ def test_the_turn_and_its_journal_row_are_committed_together_or_not_at_all(setti
     (sent,) = Outbound.select()
     assert (sent.outcome, peer.calls["SendMessage"]) == ("accepted", 1)
     kinds = event_kinds(run_id)
-    assert kinds.index("llm") < kinds.index("outbound"), "the turn's event comes before its journal row's"
+    assert kinds.index("llm") + 1 == kinds.index("outbound"), "the turn's event, then its journal row's"
     row = run_row(run_id)
     assert (row.status, row.iterations_used, row.delegations_used) == ("waiting_for_dependency", 1, 1)
+    # One UPDATE took both events' sequences: still gap-free, and the run's counter is the last one.
+    assert [e["sequence"] for e in events.list_events(run_id)] == list(range(1, row.last_event_sequence + 1))
 
 
 def test_a_cancel_marked_while_the_model_answers_saves_the_turn_and_sends_nothing(settings, peers):
@@ -93,3 +95,4 @@ def test_a_gate_closed_since_the_offer_saves_the_turn_alone_and_gives_the_call_t
     assert _saved_turns(run_id) == [0, 1]
     assert Outbound.select().count() == 0 and peer.calls["SendMessage"] == 0
     assert "waiting_for_dependency" not in [e["to"] for e in event_payloads(run_id, "status")]
+

@@ -292,6 +292,7 @@ def test_the_final_turn_is_saved_with_the_completion_or_not_at_all(database_url,
     row = run_row(run_id)
     assert (row.output, row.iterations_used, row.lease_holder) == ("final answer", 1, None)
     assert event_kinds(run_id)[-2:] == ["llm", "status"]
+    assert [e["sequence"] for e in events.list_events(run_id)] == list(range(1, row.last_event_sequence + 1))
     assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 1
 
 

@@ -96,16 +96,26 @@ def fenced_update_returning(claim: Claim, kind: str, payload: dict, columns: tup
                             add: dict | None = None, **values) -> tuple:
     """fenced_update_with_event(), which also reads `columns` of the run row as written (in the same statement
     where UPDATE ... RETURNING exists): the event's sequence, then their values as the database returned them."""
+    return fenced_update_with_events(claim, [(kind, payload)], columns, add=add, **values)
+
+
+def fenced_update_with_events(claim: Claim, described_by: list[tuple[str, dict]], columns: tuple[str, ...] = (),
+                              *, add: dict | None = None, **values) -> tuple:
+    """fenced_update_returning() for a write that several events describe, (kind, payload) in their order: the one
+    UPDATE takes all their sequences, so one statement less for each event after the first. Returns the last
+    event's sequence, then `columns`."""
     written = statements.update_run(
         claim.run_id,
         where={"lease_epoch": claim.epoch, "status": RUNNING},
         values={**values, "updated_at": utcnow()},
-        add={**(add or {}), "last_event_sequence": 1},
+        add={**(add or {}), "last_event_sequence": len(described_by)},
         returning=("last_event_sequence", *columns),
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
-    events.record(claim.run_id, written[0], kind, payload)
+    first = written[0] - len(described_by) + 1
+    for sequence, (kind, payload) in enumerate(described_by, start=first):
+        events.record(claim.run_id, sequence, kind, payload)
     return written
 
 
@@ -135,22 +145,24 @@ def finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason
     write_finish(claim, status, output=output, reason=reason)
 
 
-def write_finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason: str | None = None) -> None:
-    """finish(), inside the caller's transaction (with the write that ends the segment: turns.save_final_turn)."""
+def write_finish(claim: Claim, status: RunStatus, *, output: str | None = None, reason: str | None = None,
+                 events_before: tuple = (), add: dict | None = None) -> None:
+    """finish(), inside the caller's transaction. The write the segment ends with may ride on the same UPDATE
+    (turns.save_final_turn: the final turn): its events, (kind, payload), come before the status's, and
+    `add`'s amounts are added to the run's counters."""
     if not status.is_terminal:
         raise ValueError(f"finish() takes a terminal status, not {status}")
-    now = utcnow()
-    fenced_update_with_event(
+    fenced_update_with_events(
         claim,
-        "status",
-        {"from": RUNNING, "to": status.value},
+        [*events_before, ("status", {"from": RUNNING, "to": status.value})],
+        add=add,
         status=status.value,
         output=output,
         termination_reason=reason,
         lease_holder=None,
         lease_expires_at=None,
         pending_effect=None,
-        finished_at=now,
+        finished_at=utcnow(),
     )
 
 

@@ -48,6 +48,7 @@ def _event(claim: Claim, row: Outbound, note: str) -> None:
 
 
 UNREAD = object()  # record_send's origin when the caller did not read it
+_JOURNALLED = "journalled before sending"  # the note of a new send row's event
 
 
 def record_send(
@@ -88,14 +89,19 @@ def _journal_first(claim: Claim, **fields) -> Outbound:
 
 def journal_first_send(claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str,
                        context_id: str, body: str, push_token: str | None = None, resend_count: int = 0,
-                       origin=UNREAD) -> Outbound:
-    """record_send()'s new row of a first attempt, inside the caller's transaction (turns.save_turn_and_journal
-    writes it with the call's turn): the gate checked, the row and its `outbound` event written.
-    JournalledAlready when the message id is taken."""
+                       origin=UNREAD, with_event: bool = True) -> Outbound:
+    """record_send()'s new row of a first attempt, inside the caller's transaction: the gate checked, the row
+    and (unless the caller writes it with its own update of the run: turns.save_turn_and_journal) its
+    `outbound` event (journal_event) written. JournalledAlready when the message id is taken."""
     _refuse_secret(body, push_token)
     return _insert_send(claim, JournalledAlready, owner=owner, remote_agent=remote_agent, message_id=message_id,
                         tool_call_id=tool_call_id, context_id=context_id, body=body, push_token=push_token,
-                        resend_count=resend_count, origin=origin)
+                        resend_count=resend_count, origin=origin, with_event=with_event)
+
+
+def journal_event(row: Outbound) -> tuple[str, dict]:
+    """The (kind, payload) of a new send row's event."""
+    return "outbound", outbound_payload(row, _JOURNALLED)
 
 
 @transactional
@@ -112,9 +118,9 @@ def _record_send(claim: Claim, **fields) -> tuple[Outbound, bool]:
 
 def _insert_send(claim: Claim, taken: type[Exception], *, owner: str, remote_agent: str, message_id: str,
                  tool_call_id: str, context_id: str, body: str, push_token: str | None, resend_count: int,
-                 origin) -> Outbound:
-    """The new `send` row and its event, once the gate lets the run wait on it; `taken` is raised when the
-    message id is journalled already."""
+                 origin, with_event: bool = True) -> Outbound:
+    """The new `send` row and (`with_event`) its event, once the gate lets the run wait on it; `taken` is raised
+    when the message id is journalled already."""
     if origin is UNREAD:
         origin = statements.select_value(Run, "origin", id=claim.run_id)
     status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
@@ -129,7 +135,8 @@ def _insert_send(claim: Claim, taken: type[Exception], *, owner: str, remote_age
         statements.insert_row(Outbound, values)
     except IntegrityError:
         raise taken(f"message id {message_id} was journalled concurrently") from None
-    _event(claim, row, "journalled before sending")
+    if with_event:
+        _event(claim, row, _JOURNALLED)
     return row
 
 

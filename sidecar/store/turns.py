@@ -12,7 +12,7 @@ from ..domain.clock import utcnow
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import outbound, statements
 from .db import transactional
-from .leases import Claim, fenced_update_returning, fenced_update_with_event, write_finish
+from .leases import Claim, fenced_update_returning, fenced_update_with_event, fenced_update_with_events, write_finish
 from .models import ModelTurn, ToolResult
 
 
@@ -24,41 +24,63 @@ def save_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float,
     return _write_turn(claim, index, message, tokens, cost, event)
 
 
-@transactional
+class _CancelMarked(Exception):
+    """The run row written with a turn says a cancel is requested: what was written with it is undone."""
+
+
 def save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
                           send: dict) -> outbound.Outbound | None:
     """save_turn() of a turn whose lone call delegates, and the journal row of that call's send
-    (outbound.journal_first_send with `send`), in one transaction: the turn is still written ahead of its
-    tool, and the row ahead of the request. None when the run row this write updated says a cancel is
-    requested: then the turn alone is written, and nothing is journalled (the step boundary before the tool
-    would have stopped there). A refusal of the gate or a taken message id undoes both."""
-    if _write_turn(claim, index, message, tokens, cost, event):
+    (outbound.journal_first_send with `send`), in one transaction and one UPDATE of the run: the turn is still
+    written ahead of its tool, and the row ahead of the request. None when the run row says a cancel is
+    requested: then both are undone and the turn is saved alone, and nothing is journalled (the step boundary
+    before the tool would have stopped there). A refusal of the gate or a taken message id undoes both."""
+    try:
+        return _save_turn_and_journal(claim, index, message, tokens, cost, event, send)
+    except _CancelMarked:
+        save_turn(claim, index, message, tokens, cost, event)
         return None
-    return outbound.journal_first_send(claim, **send)
+
+
+@transactional
+def _save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
+                           send: dict) -> outbound.Outbound:
+    row = outbound.journal_first_send(claim, **send, with_event=False)
+    _, cancel_requested_at = fenced_update_with_events(
+        claim, [("llm", event), outbound.journal_event(row)], ("cancel_requested_at",), add=_counts(tokens, cost))
+    if cancel_requested_at is not None:
+        raise _CancelMarked
+    _insert_turn(claim, index, message, tokens, cost)
+    return row
 
 
 @transactional
 def save_final_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
                     output: str) -> None:
     """Save the run's last turn (it calls no tool), as save_turn() does, and complete the run with `output`, in
-    one transaction. Nothing happens between the two that a retry would need the saved turn for: a segment
-    lost before this commits asks the model again, as one lost before saving any turn does."""
-    _write_turn(claim, index, message, tokens, cost, event)
-    write_finish(claim, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value)
+    one transaction and one UPDATE of the run. Nothing happens between the two that a retry would need the saved
+    turn for: a segment lost before this commits asks the model again, as one lost before saving any turn does."""
+    write_finish(claim, RunStatus.COMPLETED, output=output, reason=TerminationReason.COMPLETED.value,
+                 events_before=(("llm", event),), add=_counts(tokens, cost))
+    _insert_turn(claim, index, message, tokens, cost)
 
 
 def _write_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict) -> bool:
-    _, cancel_requested_at = fenced_update_returning(
-        claim,
-        "llm",
-        event,
-        ("cancel_requested_at",),
-        add={"iterations_used": 1, "tokens_used": tokens, "cost_used": cost},
-    )
+    _, cancel_requested_at = fenced_update_returning(claim, "llm", event, ("cancel_requested_at",),
+                                                     add=_counts(tokens, cost))
+    _insert_turn(claim, index, message, tokens, cost)
+    return cancel_requested_at is not None
+
+
+def _counts(tokens: int, cost: float) -> dict:
+    """What a turn adds to the run's budget counters."""
+    return {"iterations_used": 1, "tokens_used": tokens, "cost_used": cost}
+
+
+def _insert_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float) -> None:
     statements.insert_values(ModelTurn, {
         "run_id": claim.run_id, "index": index, "message": json.dumps(message, sort_keys=True), "tokens": tokens,
         "cost": cost, "created_at": utcnow()})
-    return cancel_requested_at is not None
 
 
 @transactional

@@ -1,0 +1,66 @@
+"""What a whole delegation cycle writes, counted with SQLite's statement trace (the other databases run the
+same store code): the segment that delegates, the poll that finds the answer and the segment that ends the
+run commit six transactions, each with one UPDATE of the run row. A transaction or an update more is a cost
+every delegation pays (docs/performance.md, "The delegation cycle")."""
+
+import pytest
+
+from sidecar.delegation.coordinator import Coordinator
+from sidecar.delegation.remote import client_for
+from sidecar.domain.vocabulary import SegmentOutcome
+from sidecar.store import db as store_db
+from sidecar.store import remote_agents, waits
+from tests.support.delegation import delegating_run, register
+from tests.support.runs import run_row
+from tests.support.segments import drive_segment
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+              pytest.mark.usefixtures("delegation_offered")]
+
+
+def _statements_of(fn) -> tuple[object, list[str]]:
+    """fn()'s result, and the statements this thread's SQLite connection ran meanwhile."""
+    seen: list[str] = []
+    connection = store_db.database.connection()
+    connection.set_trace_callback(seen.append)
+    try:
+        return fn(), seen
+    finally:
+        connection.set_trace_callback(None)
+
+
+def _writes(statements: list[str]) -> tuple[int, int]:
+    """(transactions, UPDATEs of the runs table)."""
+    return (sum(s.startswith("BEGIN") for s in statements), sum(s.startswith('UPDATE "runs"') for s in statements))
+
+
+def test_a_delegation_cycle_writes_one_update_of_the_run_per_transaction(settings, peers, database_url):
+    peer = peers.start(card="1.0")
+    register("research", peer.url, poll=60)
+    client_for(remote_agents.get_agent("research"), settings)  # its card read and kept, once for the agent
+    run_id = delegating_run("research", "work:0.01:the answer")
+
+    outcome, first = _statements_of(lambda: drive_segment(run_id, settings=settings))
+    assert outcome is SegmentOutcome.AWAITING_DEPENDENCY
+    # The claim; the turn with its journal row; the send's outcome with the suspension.
+    assert _writes(first) == (3, 3)
+
+    coordinator = Coordinator(settings)
+    polls = []  # the statements of each poll, until one finds the task completed
+    try:
+        def poll_resolves() -> bool:
+            wait = waits.current_wait(run_id)
+            polls.append(_statements_of(lambda: coordinator.poll(wait))[1])
+            return run_row(run_id).status == "queued"
+
+        wait_until(poll_resolves, what="a poll to find the remote task completed")
+    finally:
+        coordinator.stop()
+    assert _writes(polls[-1]) == (1, 1)  # the resolution
+
+    outcome, last = _statements_of(lambda: drive_segment(run_id, settings=settings))
+    assert outcome is SegmentOutcome.COMPLETED
+    # The claim; the final turn with the completion.
+    assert _writes(last) == (2, 2)
+    assert run_row(run_id).output.startswith("Remote said: ") and "the answer" in run_row(run_id).output
