@@ -49,6 +49,14 @@ class ApplicationDatabase(DatabaseProxy):
     def obj(self):
         return current().database
 
+    def __getattr__(self, attr):
+        # peewee's Proxy looks its object up twice an attribute (to test it, then to use it), and the store
+        # reaches the database through this proxy hundreds of times a delegation: once is enough.
+        obj = current().database
+        if obj is None:
+            raise AttributeError("Cannot use uninitialized Proxy.")
+        return getattr(obj, attr)
+
     def initialize(self, obj) -> None:
         current().database = obj
         for callback in self._callbacks:
