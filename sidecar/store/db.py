@@ -52,7 +52,7 @@ class ApplicationDatabase(DatabaseProxy):
     def __getattr__(self, attr):
         # peewee's Proxy looks its object up twice an attribute (to test it, then to use it), and the store
         # reaches the database through this proxy hundreds of times a delegation: once is enough.
-        obj = current().database
+        obj = self.obj
         if obj is None:
             raise AttributeError("Cannot use uninitialized Proxy.")
         return getattr(obj, attr)
