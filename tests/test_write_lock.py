@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from sidecar.store import write_lock
 from sidecar.store.db import OperationalError, SidecarSqliteDatabase
 
 THREADS, TRANSACTIONS = 8, 40
@@ -118,8 +119,8 @@ def test_a_process_killed_holding_the_lock_leaves_it_free(tmp_path):
     assert db.execute_sql("SELECT value FROM counter").fetchone()[0] == 1  # the killed one's write undone
 
 
-def _begin_in_child(db: SidecarSqliteDatabase, results) -> None:
-    db.busy_timeout = 0.3
+def _begin_in_child(db: SidecarSqliteDatabase, results, busy_timeout: float = 0.3) -> None:
+    db.busy_timeout = busy_timeout
     try:
         db.begin()
         results.put("began while the parent held the lock")
@@ -160,3 +161,98 @@ def test_an_in_memory_database_needs_no_file(tmp_path):
         db.execute_sql("INSERT INTO t VALUES (1)")
     assert db.execute_sql("SELECT count(*) FROM t").fetchone()[0] == 1
     assert not list(tmp_path.iterdir()) and not os.path.exists(":memory:-writer")
+
+
+def _hold_until(path: str, holding, release) -> None:
+    db = SidecarSqliteDatabase(path)
+    with db.atomic():
+        db.execute_sql("UPDATE counter SET value = value + 1")
+        holding.set()
+        release.wait(60)
+    db.close()
+
+
+def _held_elsewhere(path, seconds: float | None = None):
+    """A process holding the write lock until its release event is set (after `seconds`, if given)."""
+    holding, release = FORK.Event(), FORK.Event()
+    holder = FORK.Process(target=_hold_until, args=(str(path), holding, release))
+    holder.start()
+    assert holding.wait(30)
+    if seconds is not None:
+        threading.Timer(seconds, release.set).start()
+    return holder, release
+
+
+def test_a_writer_waits_for_another_process_in_the_kernel_not_by_asking_again(tmp_path, monkeypatch):
+    # Fails with a waiter that asks for the file lock again every millisecond: hundreds of flock calls.
+    path = tmp_path / "waiting.sqlite"
+    db = _database(path)
+    calls = []
+    real_flock = write_lock.fcntl.flock
+    monkeypatch.setattr(write_lock.fcntl, "flock", lambda fd, op: calls.append(op) or real_flock(fd, op))
+    holder, _ = _held_elsewhere(path, 0.5)
+    _increment(db)
+    holder.join(30)
+    assert db.execute_sql("SELECT value FROM counter").fetchone()[0] == 2
+    assert len(calls) <= 4  # a try, the wait, the release (and an unlock of a grant nobody took)
+
+
+def test_a_writer_that_gave_up_waiting_leaves_the_lock_to_the_next(tmp_path):
+    # Fails if the file lock the kernel grants after the asker's deadline stays with this process.
+    path = tmp_path / "gave-up.sqlite"
+    db = _database(path, busy_timeout=0.2)
+    holder, release = _held_elsewhere(path)
+    with pytest.raises(OperationalError, match="database is locked"):
+        _increment(db)
+    release.set()
+    holder.join(30)
+    results = FORK.Queue()
+    child = FORK.Process(target=_begin_in_child, args=(SidecarSqliteDatabase(str(path)), results, 10.0))
+    child.start()
+    assert results.get(timeout=30) == "began while the parent held the lock"  # nobody holds it now
+    child.join(30)
+
+
+def test_the_waiter_thread_ends_when_idle(tmp_path, monkeypatch):
+    monkeypatch.setattr(write_lock, "WAITER_IDLE_SECONDS", 0.1)
+    path = tmp_path / "idle.sqlite"
+    db = _database(path)
+    holder, _ = _held_elsewhere(path, 0.3)
+    _increment(db)  # waited: the waiter thread started
+    holder.join(30)
+    waiters = [t for t in threading.enumerate() if t.name == "sqlite-writer-wait"]
+    assert waiters
+    for thread in waiters:
+        thread.join(5)
+        assert not thread.is_alive()
+    holder, _ = _held_elsewhere(path, 0.3)
+    _increment(db)  # a new one is started for the next wait
+    holder.join(30)
+    assert db.execute_sql("SELECT value FROM counter").fetchone()[0] == 4
+
+
+def test_a_child_forked_while_its_parents_waiter_runs_waits_with_its_own(tmp_path):
+    # Fails if the child took its parent's waiter for its own: no thread of the child would ever hand it
+    # the lock, and it would give up after its busy timeout although the lock is free long before.
+    path = tmp_path / "forked-waiter.sqlite"
+    db = _database(path)
+    holder, _ = _held_elsewhere(path, 0.3)
+    _increment(db)  # the parent's waiter thread runs now (it ends only after seconds without an ask)
+    holder.join(30)
+    holder, _ = _held_elsewhere(path, 0.3)
+    results = FORK.Queue()
+    child = FORK.Process(target=_increment_in_child, args=(db, results))
+    child.start()
+    assert results.get(timeout=30) == "incremented"
+    child.join(30)
+    holder.join(30)
+    assert db.execute_sql("SELECT value FROM counter").fetchone()[0] == 4
+
+
+def _increment_in_child(db: SidecarSqliteDatabase, results) -> None:
+    db.busy_timeout = 3.0
+    try:
+        _increment(db)
+        results.put("incremented")
+    except OperationalError as exc:
+        results.put(str(exc))

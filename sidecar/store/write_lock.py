@@ -8,7 +8,11 @@ cost a statement, an exception and a sleep. Here the writers queue instead:
 - the threads of one process on a lock of the process, handed to the next waiter the moment it is released;
 - the processes on an exclusive `flock` of a file beside the database (`<database>-writer`), which the
   kernel releases when a process dies, however it dies. One thread per process asks for it (the holder of
-  the process's lock), about every millisecond, up to the busy timeout.
+  the process's lock). When another process holds it, a waiting thread of the process (_FileWaiter) blocks
+  in the kernel for it and hands it over the moment the kernel grants it, while the asking thread waits for
+  that hand-over up to the busy timeout: a blocking `flock` has no timeout of its own. (Asking again every
+  millisecond instead left the lock idle for half a millisecond on average at every hand-over between
+  processes, with SQLite's one writer the bottleneck of a busy sidecar.)
 
 A writer that does not take part (the sqlite3 shell, a backup) still holds SQLite's own lock; the BEGIN
 that follows waits for it with SQLite's busy timeout, as any SQLite client does.
@@ -21,8 +25,8 @@ import time
 import weakref
 
 _FORKS = threading.Lock()
-RETRY_SECONDS = 0.001  # how often a process asks again for the file lock another process holds
 SUFFIX = "-writer"
+WAITER_IDLE_SECONDS = 5.0  # a file waiter thread nobody asked for that long ends (started again when needed)
 
 
 class WriteLock:
@@ -35,6 +39,7 @@ class WriteLock:
         self._threads = threading.Lock()
         self._fd = None
         self._holder = None  # the thread holding it
+        self._waiter = None  # the _FileWaiter, once another process has been found holding the file lock
 
     def acquire(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds; False if it was not free by then."""
@@ -76,18 +81,71 @@ class WriteLock:
                 self._path = None
                 return True
             weakref.finalize(self, os.close, self._fd)
-        while True:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(RETRY_SECONDS)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        if self._waiter is None:
+            self._waiter = _FileWaiter(self)
+        return self._waiter.wait(deadline)
 
     def _forked(self) -> None:
         # A child of a fork must not release its parent's file lock (an inherited descriptor shares it) nor
-        # wait on a thread lock a parent's thread held at the fork: it starts with its own.
+        # wait on a thread lock a parent's thread held at the fork: it starts with its own. Its parent's
+        # waiter thread does not exist in the child.
         self._threads = threading.Lock()
-        self._fd, self._holder = None, None
+        self._fd, self._holder, self._waiter = None, None, None
         self._pid = os.getpid()
+
+
+class _FileWaiter:
+    """A thread that waits in the kernel for a WriteLock's file lock on behalf of the one thread of the
+    process asking for it (the holder of the process's lock), and hands it over when the kernel grants it.
+    The asking thread waits for the hand-over with its own deadline; a lock granted after that deadline is
+    let go at once."""
+
+    def __init__(self, lock: WriteLock):
+        self._lock = lock  # kept alive, its descriptor open, while the thread runs
+        self._changed = threading.Condition(threading.Lock())
+        self._asking = None  # the ident of the thread that asks now
+        self._granted = None  # the ident of the thread the lock was handed to, until it takes it
+        self._running = False
+
+    def wait(self, deadline: float) -> bool:
+        """Called by the asking thread: True once the file lock is its, False when `deadline` passes first."""
+        me = threading.get_ident()
+        with self._changed:
+            self._asking, self._granted = me, None
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="sqlite-writer-wait", daemon=True).start()
+            self._changed.notify_all()
+            while self._granted != me:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._asking = None
+                    return False
+                self._changed.wait(remaining)
+            self._granted = None
+            return True
+
+    def _run(self) -> None:
+        fd = self._lock._fd
+        try:
+            while True:
+                with self._changed:
+                    if not self._changed.wait_for(lambda: self._asking is not None, WAITER_IDLE_SECONDS):
+                        self._running = False
+                        return
+                fcntl.flock(fd, fcntl.LOCK_EX)  # without the interpreter lock, until the holder lets go
+                with self._changed:
+                    if self._asking is None:  # the asker's deadline passed meanwhile
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    else:
+                        self._granted, self._asking = self._asking, None
+                        self._changed.notify_all()
+        except BaseException:
+            with self._changed:  # the askers meet their deadlines; the next one starts a new thread
+                self._running = False
+            raise
