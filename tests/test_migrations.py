@@ -2,11 +2,13 @@
 schema of one created from today's models (columns, types, nullability, defaults, indexes, constraints),
 on SQLite, PostgreSQL and MariaDB."""
 
+import pytest
 from peewee import ForeignKeyField, sort_models
 from playhouse.migrate import SchemaMigrator, migrate
 
 from sidecar.store import db as store_db
 from sidecar.store import migrations
+from sidecar.store.migrations import v11_redundant_indexes
 from sidecar.store.migrations.snapshot import snapshot
 from sidecar.store.models import BaseModel, PersonPause
 
@@ -73,3 +75,15 @@ def test_the_comparison_sees_an_index_a_nullability_and_a_foreign_key(fresh_data
         db.close()
         if hasattr(db, "close_all"):
             db.close_all()
+
+
+@pytest.mark.parametrize("table", sorted(v11_redundant_indexes.REDUNDANT))
+def test_a_lookup_by_run_still_reads_an_index_after_the_redundant_ones_are_dropped(sqlite_url, table):
+    # Fails if migration 11 dropped an index without another beginning with run_id: the lookups by run (a
+    # run's events, turns, results, pauses; the cascade of a purge) would scan the whole table.
+    dropped, serving = v11_redundant_indexes.REDUNDANT[table]
+    plan = " ".join(row[-1] for row in store_db.database.execute_sql(
+        f'EXPLAIN QUERY PLAN SELECT * FROM "{table}" WHERE run_id = ?', ("r",)).fetchall())
+    names = {index.name: tuple(index.columns) for index in store_db.database.get_indexes(table)}
+    assert dropped not in names and serving in names.values()
+    assert "USING INDEX" in plan and "SCAN" not in plan, plan

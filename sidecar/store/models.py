@@ -83,7 +83,8 @@ class Run(BaseModel):
 
 class RunEvent(BaseModel):
     id = BigAutoField()
-    run = ForeignKeyField(Run, backref="events", on_delete="CASCADE", column_name="run_id")
+    # No index of its own: (run, sequence) begins with it (migration 11).
+    run = ForeignKeyField(Run, backref="events", on_delete="CASCADE", column_name="run_id", index=False)
     sequence = IntegerField()
     kind = CharField(max_length=32)
     at = DateTimeField()
@@ -152,7 +153,7 @@ class ModelTurn(BaseModel):
     """A model turn, written ahead: saved before any of its tools runs, replayed by a retried segment."""
 
     id = BigAutoField()
-    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", index=False)  # (run, index) serves
     index = IntegerField()  # 0, 1, ... in the run's order
     message = TextField()  # JSON: {"content": ...} or {"tool_calls": [...]}
     tokens = IntegerField(default=0)
@@ -168,7 +169,7 @@ class ToolResult(BaseModel):
     """The result a tool call gave, kept so a retried segment answers the call without running it again."""
 
     id = BigAutoField()
-    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", index=False)  # (run, tool_call_id)
     tool_call_id = CharField(max_length=128)
     turn_index = IntegerField()
     name = CharField(max_length=128)
@@ -300,7 +301,7 @@ class PersonPause(BaseModel):
     """
 
     id = CharField(max_length=36, primary_key=True)  # the pause id
-    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run = ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", index=False)  # (run, turn_index)
     generation = IntegerField()
     kind = CharField(max_length=16)  # input | approval
     turn_index = IntegerField()

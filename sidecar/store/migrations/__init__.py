@@ -26,6 +26,7 @@ from . import (
     v08_push_tokens,
     v09_runs_list_indexes,
     v10_pushes_seen,
+    v11_redundant_indexes,
 )
 
 LOCK_NAME = "nrllm_sidecar_migrate"
@@ -40,6 +41,7 @@ STEPS = {
     8: v08_push_tokens,
     9: v09_runs_list_indexes,
     10: v10_pushes_seen,
+    11: v11_redundant_indexes,
 }
 # (version, name, apply): the order they run in.
 MIGRATIONS = [(version, step.NAME, step.apply) for version, step in sorted(STEPS.items())]
