@@ -87,8 +87,8 @@ class WriteLock:
         except BlockingIOError:
             pass
         if self._waiter is None:
-            self._waiter = _FileWaiter(self)
-        return self._waiter.wait(deadline)
+            self._waiter = _FileWaiter()
+        return self._waiter.wait(self, deadline)
 
     def _forked(self) -> None:
         # A child of a fork must not release its parent's file lock (an inherited descriptor shares it) nor
@@ -105,21 +105,21 @@ class _FileWaiter:
     The asking thread waits for the hand-over with its own deadline; a lock granted after that deadline is
     let go at once."""
 
-    def __init__(self, lock: WriteLock):
-        self._lock = lock  # kept alive, its descriptor open, while the thread runs
+    def __init__(self):
         self._changed = threading.Condition(threading.Lock())
         self._asking = None  # the ident of the thread that asks now
         self._granted = None  # the ident of the thread the lock was handed to, until it takes it
         self._running = False
 
-    def wait(self, deadline: float) -> bool:
+    def wait(self, lock: WriteLock, deadline: float) -> bool:
         """Called by the asking thread: True once the file lock is its, False when `deadline` passes first."""
         me = threading.get_ident()
         with self._changed:
             self._asking, self._granted = me, None
             if not self._running:
                 self._running = True
-                threading.Thread(target=self._run, name="sqlite-writer-wait", daemon=True).start()
+                # The thread keeps `lock` alive, and so its descriptor open, while it runs.
+                threading.Thread(target=self._run, args=(lock,), name="sqlite-writer-wait", daemon=True).start()
             self._changed.notify_all()
             while self._granted != me:
                 remaining = deadline - time.monotonic()
@@ -130,8 +130,8 @@ class _FileWaiter:
             self._granted = None
             return True
 
-    def _run(self) -> None:
-        fd = self._lock._fd
+    def _run(self, lock: WriteLock) -> None:
+        fd = lock._fd
         try:
             while True:
                 with self._changed:
