@@ -90,22 +90,31 @@ def test_racing_processes_write_one_at_a_time_and_ask_sqlite_once_per_transactio
     assert begins == [TRANSACTIONS] * 3
 
 
-def _hold_then_wait(path: str, holding) -> None:
+def _hold_until(path: str, holding, release) -> None:
     db = SidecarSqliteDatabase(path)
-    db.begin()
-    db.execute_sql("UPDATE counter SET value = value + 1")
-    holding.set()
-    time.sleep(60)  # killed before this ends
+    with db.atomic():
+        db.execute_sql("UPDATE counter SET value = value + 1")
+        holding.set()
+        release.wait(60)
+    db.close()
+
+
+def _held_elsewhere(path, seconds: float | None = None):
+    """A process holding the write lock until its release event is set (after `seconds`, if given)."""
+    holding, release = FORK.Event(), FORK.Event()
+    holder = FORK.Process(target=_hold_until, args=(str(path), holding, release))
+    holder.start()
+    assert holding.wait(30)
+    if seconds is not None:
+        threading.Timer(seconds, release.set).start()
+    return holder, release
 
 
 def test_a_process_killed_holding_the_lock_leaves_it_free(tmp_path):
     path = tmp_path / "killed.sqlite"
     db = _database(path, busy_timeout=5.0)
-    holding = FORK.Event()
-    holder = FORK.Process(target=_hold_then_wait, args=(str(path), holding))
-    holder.start()
+    holder, _ = _held_elsewhere(path)  # until killed
     try:
-        assert holding.wait(30)
         with pytest.raises(OperationalError, match="database is locked"):  # held by the living holder
             SidecarSqliteDatabase(str(path), busy_timeout=0.2).begin()
         os.kill(holder.pid, signal.SIGKILL)
@@ -163,26 +172,6 @@ def test_an_in_memory_database_needs_no_file(tmp_path):
     assert not list(tmp_path.iterdir()) and not os.path.exists(":memory:-writer")
 
 
-def _hold_until(path: str, holding, release) -> None:
-    db = SidecarSqliteDatabase(path)
-    with db.atomic():
-        db.execute_sql("UPDATE counter SET value = value + 1")
-        holding.set()
-        release.wait(60)
-    db.close()
-
-
-def _held_elsewhere(path, seconds: float | None = None):
-    """A process holding the write lock until its release event is set (after `seconds`, if given)."""
-    holding, release = FORK.Event(), FORK.Event()
-    holder = FORK.Process(target=_hold_until, args=(str(path), holding, release))
-    holder.start()
-    assert holding.wait(30)
-    if seconds is not None:
-        threading.Timer(seconds, release.set).start()
-    return holder, release
-
-
 def test_a_writer_waits_for_another_process_in_the_kernel_not_by_asking_again(tmp_path, monkeypatch):
     # Fails with a waiter that asks for the file lock again every millisecond: hundreds of flock calls.
     path = tmp_path / "waiting.sqlite"
@@ -217,10 +206,11 @@ def test_the_waiter_thread_ends_when_idle(tmp_path, monkeypatch):
     monkeypatch.setattr(write_lock, "WAITER_IDLE_SECONDS", 0.1)
     path = tmp_path / "idle.sqlite"
     db = _database(path)
+    earlier = set(threading.enumerate())  # other tests' waiters wait out the idle time they started with
     holder, _ = _held_elsewhere(path, 0.3)
     _increment(db)  # waited: the waiter thread started
     holder.join(30)
-    waiters = [t for t in threading.enumerate() if t.name == "sqlite-writer-wait"]
+    waiters = [t for t in set(threading.enumerate()) - earlier if t.name == "sqlite-writer-wait"]
     assert waiters
     for thread in waiters:
         thread.join(5)
