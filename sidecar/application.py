@@ -42,11 +42,11 @@ class Application:
     woken_by_due_waits: set = field(default_factory=set)
     # api/event_hub.py: the feed of the event streams, made with the first stream.
     event_hub: Any = None
-    # delegation/a2a.py: the HTTP sessions to remote agents, one per address and allow-list.
-    remote_sessions: dict = field(default_factory=dict)
+    # delegation/a2a.py: the routes (connection pools) to remote agents, one per address and allow-list.
+    remote_routes: dict = field(default_factory=dict)
     # store/idempotency.py: when expired records were last deleted (time.monotonic()).
     idempotency_purged_at: float = 0.0
-    # Guards the parts made on first use by several threads (the plugin manager, the hub, sessions, wake-ups).
+    # Guards the parts made on first use by several threads (the plugin manager, the hub, routes, wake-ups).
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def run(self, fn: Callable, *args, **kwargs):

@@ -41,6 +41,14 @@ def test_non_public_addresses_are_refused(address, reason):
         check_url(f"http://{host}:8080/")
 
 
+@pytest.mark.parametrize("host", ["127.1", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "127.000.0.1"])
+def test_other_spellings_of_an_address_are_judged_by_what_they_resolve_to(host):
+    # An address in its usual form is judged without a lookup; these other forms are not that, and the
+    # resolver reads each as 127.0.0.1.
+    with pytest.raises(AddressRefused, match="loopback"):
+        check_url(f"http://{host}:8080/")
+
+
 def test_localhost_is_refused_by_its_addresses():
     with pytest.raises(AddressRefused, match="localhost .*loopback"):
         check_url("http://localhost:8080/")

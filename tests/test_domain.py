@@ -103,3 +103,22 @@ def test_text_from_outside_loses_its_nul_characters_and_unpaired_surrogates_and_
     assert storable("no nul") == "no nul"
     assert [unstorable(t) for t in ("a\x00", "\ud83d", "😀\u2028", "")] == [
         "the NUL character", "an unpaired surrogate", None, None]
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-32-le"])
+def test_json_from_outside_is_made_storable_however_it_carries_the_code_point(encoding):
+    from sidecar.domain.text import storable_json
+
+    carried = {  # JSON text -> what is stored
+        '{"k\\u0000": "a\\u0000b"}': {"k\ufffd": "a\ufffdb"},
+        '["\\uD800", "\\udfff", "\\ud83d\\ude00"]': ["\ufffd", "\ufffd", "😀"],
+        '"\\\\u0000"': "\\u0000",  # an escaped backslash before "u0000": text, not a NUL
+        '{"plain": "é\\u00e9\\u2028😀", "n": [1, null, true]}': {"plain": "éé\u2028😀", "n": [1, None, True]},
+    }
+    for text, stored in carried.items():
+        assert storable_json(text) == stored
+        assert storable_json(text.encode(encoding)) == stored
+    # A surrogate written as such in the bytes, not escaped: json.loads lets it through, and it is replaced.
+    assert storable_json(b'["a\xed\xa0\x80"]') == ["a\ufffd"]
+    with pytest.raises(ValueError):
+        storable_json(b'"\xff\xfe\xfd')  # not text in any encoding JSON may use

@@ -1,4 +1,5 @@
-"""The A2A client: reads agent cards and speaks JSON-RPC (1.0, or the 0.3 dialect) over `requests`.
+"""The A2A client: reads agent cards and speaks JSON-RPC (1.0, or the 0.3 dialect) through
+urllib3 pools as requests' adapter builds them.
 
 Every connection is guarded (address_guard, before connecting and again on the connected socket),
 redirects are not followed, each call has a timeout and a limit on the answer's size, and environment
@@ -17,12 +18,11 @@ the peer may have created the task, and only reconciliation (ListTasks by contex
 
 import contextlib
 import contextvars
-import http.cookiejar
 import json
 import socket
 import time
 from dataclasses import dataclass, replace
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -44,7 +44,7 @@ from sidecar.application import current
 from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url, parse_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
 from sidecar.domain import push_tokens
-from sidecar.domain.text import storable
+from sidecar.domain.text import storable_json
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 CARD_PATH = "/.well-known/agent-card.json"
@@ -175,23 +175,32 @@ class _Answer:
 _KEPT_ALIVE_PER_ADDRESS = 16  # connections a pool keeps (more may be open at once; the extra ones are closed)
 
 
-def _session(url: str, allow: AllowList, *, keep_alive: bool) -> requests.Session:
-    """The session for this address (scheme, host, port) and allow-list: its connections kept alive between
-    calls, or each closed when its call ends. Built once (building one costs about as much as a call)."""
+@dataclass(frozen=True)
+class _Route:
+    """Where the calls to one address go: the adapter's settings and the guarded pool it built."""
+
+    adapter: _GuardedAdapter
+    pool: HTTPConnectionPool
+
+
+def _route(url: str, allow: AllowList, *, keep_alive: bool) -> _Route:
+    """The route to this address (scheme, host, port) with this allow-list: its connections kept alive between
+    calls, or each closed when its call ends. Built once: building one costs about as much as a call, and
+    finding its pool again through the adapter about a fifteenth of one (the URL parsed, the pool's key
+    built)."""
     scheme, _, rest = url.partition("://")
     key = (keep_alive, scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
-    app = current()  # its sessions: another application's allow-list and pools are its own
+    app = current()  # its routes: another application's allow-list and pools are its own
     with app.lock:
-        session = app.remote_sessions.get(key)
-        if session is None:
-            session = app.remote_sessions[key] = requests.Session()
-            session.trust_env = False
-            session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))  # none is kept
+        route = app.remote_routes.get(key)
+        if route is None:
             adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=_KEPT_ALIVE_PER_ADDRESS,
                                       fresh=not keep_alive)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-        return session
+            target = requests.PreparedRequest()
+            target.method, target.url = "POST", url
+            route = app.remote_routes[key] = _Route(adapter, adapter.get_connection_with_tls_context(
+                target, verify=True))
+        return route
 
 
 def _exchange(method: str, url: str, *, body: bytes | None, headers: dict, allow: AllowList, timeout: float,
@@ -220,8 +229,8 @@ def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, 
     token = _CALL.set(call)
     try:
         parse_url(url)  # an http or https URL with a host, or AddressRefused before anything else
-        session = _session(url, allow, keep_alive=keep_alive)
-        response = _open(session, method, url, body=body, headers=headers, timeout=timeout)
+        response = _open(_route(url, allow, keep_alive=keep_alive), method, url, body=body, headers=headers,
+                         timeout=timeout)
         consumed = False
         try:
             deadline = time.monotonic() + timeout
@@ -252,20 +261,17 @@ def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, 
 _DEFAULT_HEADERS = dict(requests.utils.default_headers())
 
 
-def _open(session: requests.Session, method: str, url: str, *, body: bytes | None, headers: dict, timeout: float):
+def _open(route: _Route, method: str, url: str, *, body: bytes | None, headers: dict, timeout: float):
     """The exchange's answer as urllib3 gives it, not yet read: what session.request(..., stream=True) does
-    through the session's own adapter and guarded pool, without the session's layers (merging settings,
-    hooks, cookies, preparing the request anew), which cost as much CPU as the call itself. Failures are
-    raised as requests raises them, so they are told apart as before."""
-    adapter = session.get_adapter(url)
-    target = requests.PreparedRequest()
-    target.method, target.url = method, url
-    pool = adapter.get_connection_with_tls_context(target, verify=True)
+    through requests' adapter and the guarded pool, without the session's layers (merging settings, hooks,
+    cookies, environment proxies, preparing the request anew), which cost as much CPU as the call itself.
+    Failures are raised as requests raises them, so they are told apart as before."""
     try:
-        return pool.urlopen(
-            method=method, url=target.path_url, body=body, headers={**_DEFAULT_HEADERS, **headers}, redirect=False,
-            assert_same_host=False, preload_content=False, decode_content=False, retries=adapter.max_retries,
-            timeout=Timeout(connect=timeout, read=timeout), chunked=False,
+        return route.pool.urlopen(
+            method=method, url=_path_of(url), body=body,
+            headers={**_DEFAULT_HEADERS, **headers}, redirect=False, assert_same_host=False, preload_content=False,
+            decode_content=False, retries=route.adapter.max_retries, timeout=Timeout(connect=timeout, read=timeout),
+            chunked=False,
         )
     except (ProtocolError, OSError) as exc:
         raise requests.ConnectionError(exc) from exc
@@ -281,6 +287,12 @@ def _open(session: requests.Session, method: str, url: str, *, body: bytes | Non
         raise requests.exceptions.SSLError(exc) from exc
     except ReadTimeoutError as exc:
         raise requests.ReadTimeout(exc) from exc
+
+
+def _path_of(url: str) -> str:
+    """What the request line names: the URL's path and query (as requests sends them)."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _chunks(response):
@@ -336,7 +348,7 @@ def _reply(answer: _Answer, request_id: str) -> _Reply:
     if 300 <= answer.status < 400:
         raise _Malformed(f"HTTP {answer.status}: redirects are not followed")
     try:
-        doc = storable(json.loads(answer.data))
+        doc = storable_json(answer.data)
     except ValueError:
         raise _Malformed(f"HTTP {answer.status}: the answer is not JSON") from None
     if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
@@ -451,7 +463,7 @@ def read_card(base_url: str, *, allow=None, timeout: float = 10.0, max_bytes: in
         raise RemoteError(f"cannot read the agent card at {card_url}: HTTP {answer.status}")
     else:
         try:
-            card = storable(json.loads(answer.data))
+            card = storable_json(answer.data)
         except ValueError:
             card = None
         if not isinstance(card, dict):

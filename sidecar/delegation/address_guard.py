@@ -8,6 +8,7 @@ again the address a socket really connected to, so a name that resolves differen
 (DNS rebinding) gains nothing.
 """
 
+import contextlib
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -158,6 +159,8 @@ def parse_url(url: str) -> tuple[str, int]:
 
 
 def resolve_host(host: str, port: int) -> list[IPAddress]:
+    with contextlib.suppress(ValueError):
+        return [_address(host)]  # an address in its usual form is its own resolution (no lookup to pay)
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:

@@ -13,7 +13,7 @@ import time
 
 import requests
 
-from ..domain.text import storable
+from ..domain.text import storable_json
 from .providers import ProviderError, ToolSpec, TurnRequest
 from .turns import ToolCall, Turn
 
@@ -63,7 +63,7 @@ def _arguments(raw):
     if not raw.strip():
         return {}
     try:
-        return storable(json.loads(raw))  # a "\u0000" escape in the arguments' own JSON
+        return storable_json(raw)  # a "\u0000" escape in the arguments' own JSON
     except ValueError:
         return raw  # the tool call then gets `error: ... not a JSON object`, and the model may retry
 
@@ -145,7 +145,7 @@ class OpenAIProvider:
             excerpt = raw[:ERROR_BODY_EXCERPT].decode("utf-8", "replace").strip()
             raise ProviderError(f"HTTP {response.status_code} from {self.url}" + (f": {excerpt}" if excerpt else ""))
         try:
-            return storable(json.loads(raw))
+            return storable_json(raw)
         except ValueError as exc:
             raise ProviderError(f"malformed JSON in the answer from {self.url}: {exc}") from None
 
