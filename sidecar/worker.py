@@ -53,6 +53,7 @@ class Worker:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="segment", initializer=enter,
                                         initargs=(self.application,))
         self._active: dict[str, Segment] = {}
+        self._reserved = 0  # slots held for runs a companion is claiming (reserve_slot)
         self._active_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -61,6 +62,10 @@ class Worker:
         self._lifecycle = threading.Lock()
         self._loop_thread: threading.Thread | None = None
         self._heartbeat_thread: threading.Thread | None = None
+        for companion in self.companions:
+            # A coordinator hands this worker the runs it resumes (delegation/coordinator.py, resume_with).
+            if hasattr(companion, "resume_with"):
+                companion.resume_with(self)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -149,6 +154,36 @@ class Worker:
         with self._active_lock:
             return len(self._active)
 
+    def _free_slots(self) -> int:
+        with self._active_lock:
+            return self.concurrency - len(self._active) - self._reserved
+
+    def reserve_slot(self) -> bool:
+        """Hold a thread for a run that this process is about to claim itself (a resolution that resumes it);
+        False when none is free or the worker is stopping. A True is followed by take_reserved()."""
+        with self._active_lock:
+            if self._stopping.is_set() or len(self._active) + self._reserved >= self.concurrency:
+                return False
+            self._reserved += 1
+            return True
+
+    def take_reserved(self, claimed: "tuple[leases.Claim, object] | None") -> None:
+        """Execute the run claimed with the slot reserve_slot() held (`claimed`: the claim and the run as
+        written, or None when there was no claim, which frees the slot)."""
+        segment = None
+        try:
+            if claimed is not None:
+                segment = self._segment(*claimed)
+        finally:
+            with self._active_lock:  # the slot passes from held to busy at once: the loop never counts it free
+                self._reserved -= 1
+                if segment is not None:
+                    self._active[segment.run_id] = segment
+        if segment is None:
+            self._wake.set()  # a free slot again, for the loop
+            return
+        self._begin(segment)
+
     # -- threads ---------------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -159,7 +194,7 @@ class Worker:
                 if time.monotonic() >= next_reap:
                     self.reap()
                     next_reap = time.monotonic() + self.lease.reap_interval
-                free = self.concurrency - self.active_count()
+                free = self._free_slots()
                 wanted = free > 0 and leases.worth_claiming()
                 claims = leases.claim_queued(self.id, free, self.lease) if wanted else ClaimBatch()
                 database.after_success()
@@ -206,12 +241,19 @@ class Worker:
     # -- segments --------------------------------------------------------------------------------
 
     def _submit(self, claim: leases.Claim, run=None) -> None:
-        metrics.CLAIMS.inc()
-        if run is None:  # the claim did not return its row (MariaDB)
-            run = runs.get_run(claim.run_id)
-        segment = Segment(claim, run)
+        segment = self._segment(claim, run)
         with self._active_lock:
             self._active[claim.run_id] = segment
+        self._begin(segment)
+
+    @staticmethod
+    def _segment(claim: leases.Claim, run=None) -> Segment:
+        if run is None:  # the claim did not return its row (MariaDB)
+            run = runs.get_run(claim.run_id)
+        return Segment(claim, run)
+
+    def _begin(self, segment: Segment) -> None:
+        metrics.CLAIMS.inc()
         self._pool.submit(self._execute, segment)
 
     def _execute(self, segment: Segment) -> None:

@@ -2,9 +2,14 @@
 
 from prometheus_client import REGISTRY
 
+from sidecar.domain.lease import LeasePolicy
+from sidecar.engine import AgentLoop
+from sidecar.engine.registry import build_registry
 from sidecar.store.models import Outbound, Run
+from sidecar.testing import StepExecutor
+from sidecar.worker import Worker
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
-from tests.support.runs import run_row, tool_results
+from tests.support.runs import event_payloads, run_row, tool_results
 from tests.support.waiting import wait_until
 
 pytestmark = ON_A2A_DATABASES
@@ -44,3 +49,46 @@ def test_two_hundred_runs_wait_at_once_on_a_worker_with_one_thread(settings, pee
                what="200 delegating runs to complete")
     assert peer.task_count == 200
     assert {run_row(i).output for i in ids} == {f"Remote said: answer {i}" for i in range(200)}
+
+
+class _Recording(AgentLoop):
+    """The agent loop, noting which worker executed each segment of each run."""
+
+    def __init__(self, settings, segments: list):
+        super().__init__(build_registry(settings))
+        self.segments = segments
+
+    def execute(self, segment):
+        self.segments.append((segment.run_id, segment.claim.holder))
+        return super().execute(segment)
+
+
+def test_the_worker_whose_coordinator_resolved_a_wait_executes_the_resumed_run_at_once(settings, peers, start_worker):
+    # Two workers of one process, both woken whenever a run is queued there; only the first has a coordinator,
+    # and a thread free for every run. A resolution that only queued the run would leave its resumption to
+    # whichever claimed it first.
+    peer = peers.start(card="1.0")
+    register("research", peer.url, poll=0.1)
+    segments: list = []
+    resolving = start_worker(_Recording(settings, segments), concurrency=16)
+    other = start_worker(_Recording(settings, segments), concurrency=4, coordinators=0)
+    ids = [delegating_run("research", f"work:0.05:answer {i}") for i in range(12)]
+    wait_until(lambda: Run.select().where(Run.status == "completed").count() == 12, timeout=60,
+               what="12 delegating runs to complete")
+    assert {run_row(i).output for i in ids} == {f"Remote said: answer {i}" for i in range(12)}
+    for run_id in ids:
+        holders = [holder for executed, holder in segments if executed == run_id]
+        assert len(holders) == 2 and holders[1] == resolving.id, (holders, resolving.id, other.id)
+        statuses = [p["to"] for p in event_payloads(run_id, "status")]
+        assert statuses == ["queued", "running", "waiting_for_dependency", "queued", "running", "completed"]
+
+
+def test_a_worker_holds_threads_for_the_runs_its_coordinator_claims_and_frees_those_not_claimed(settings):
+    worker = Worker(StepExecutor(), LeasePolicy(30), concurrency=2)
+    assert worker.reserve_slot() and worker.reserve_slot()
+    assert not worker.reserve_slot()  # both threads held: the run is queued for any worker instead
+    worker.take_reserved(None)  # that resolution lost: its thread is free again
+    assert worker.reserve_slot() and not worker.reserve_slot()
+    worker.take_reserved(None)
+    worker.stop(grace=1)
+    assert not worker.reserve_slot()  # a stopping worker takes no more runs

@@ -16,11 +16,11 @@ from sidecar.delegation import push
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState, StatusNotWritable
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, outbound, resends, resolutions, runs, status_guard, waits
+from sidecar.store import db, leases, outbound, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
 from tests.support.delegation import journalled_send
-from tests.support.runs import event_kinds, event_payloads, run_row
+from tests.support.runs import event_kinds, event_payloads, run_row, sequences
 
 LEASE = LeasePolicy(30)
 
@@ -102,6 +102,52 @@ def test_two_deadline_resolutions_journal_one_cancel_task(database_url):
     (row,) = Outbound.select().where(Outbound.kind == "cancel")
     assert (row.outcome, row.remote_task_id, row.request_body) == ("pending", f"task-{wait.run_id}", "")
     assert run_row(wait.run_id).status == "queued"
+
+
+def test_resolutions_claiming_the_run_race_plain_ones_and_exactly_one_wins(database_url):
+    for _ in range(5):
+        wait = waiting_run()
+        epoch = run_row(wait.run_id).lease_epoch
+
+        def claiming(holder, w=wait):
+            return lambda: resolutions.resolve_and_claim(w, holder, LEASE, turn_index=0, result=f"from {holder}")
+
+        def plain(w=wait):
+            return resolutions.resolve_wait(w, turn_index=0, result="from the queue")
+
+        results = race(claiming("worker-a"), plain, claiming("worker-b"), plain)
+        won = [r for r in results if r]
+        assert len(won) == 1 and all(r in (None, False) for r in results if not r), results
+        run = run_row(wait.run_id)
+        (answer,) = [row.result for row in ToolResult.select().where(ToolResult.run == wait.run_id)]
+        kinds = event_kinds(wait.run_id)
+        if won[0] is True:
+            assert (run.status, answer, kinds[-3:]) == ("queued", "from the queue", ["resume", "status", "tool"])
+            runs.request_cancel(wait.run_id, by="test")  # out of the queue: the next waiting_run claims its own
+            continue
+        claim, row = won[0]
+        # Claimed as claim_queued claims: running under the winner's lease, one epoch on, its events in order.
+        assert (run.status, run.lease_holder, answer) == ("running", claim.holder, f"from {claim.holder}")
+        assert claim.epoch == run.lease_epoch == epoch + 1 and run.lease_expires_at > utcnow()
+        assert kinds[-4:] == ["resume", "status", "tool", "status"]
+        assert [p["to"] for p in event_payloads(wait.run_id, "status")][-2:] == ["queued", "running"]
+        assert sequences(wait.run_id) == list(range(1, len(kinds) + 1))
+        if row is not None:  # the run as written, where UPDATE ... RETURNING exists
+            assert (row.status, row.lease_epoch, row.last_event_sequence) == ("running", run.lease_epoch, len(kinds))
+        assert leases.renew(claim, LEASE)  # the claim fences like any other
+
+
+def test_a_deadline_resolution_claiming_the_run_journals_its_cancel_task_and_the_claim(database_url):
+    wait = waiting_run()
+    claim, _ = resolutions.resolve_and_claim(wait, "worker-a", LEASE, turn_index=0, result="timeout: x",
+                                             resolution="timeout", cancel_remote=True)
+    (row,) = Outbound.select().where(Outbound.kind == "cancel")
+    assert (row.outcome, row.remote_task_id) == ("pending", f"task-{wait.run_id}")
+    run = run_row(wait.run_id)
+    assert (run.status, run.lease_holder, run.lease_epoch) == ("running", "worker-a", claim.epoch)
+    assert [p["to"] for p in event_payloads(wait.run_id, "status")][-2:] == ["queued", "running"]
+    assert sequences(wait.run_id) == list(range(1, run.last_event_sequence + 1))
+    assert resolutions.resolve_and_claim(wait, "worker-b", LEASE, turn_index=0, result="again") is None
 
 
 def test_resends_racing_a_reconciliation_leave_one_winner(database_url):

@@ -74,6 +74,13 @@ class Coordinator:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: notify.Listener | None = None
+        self._worker = None  # the worker that executes the runs this coordinator resumes (resume_with)
+
+    def resume_with(self, worker) -> None:
+        """Claim each run this coordinator resumes for `worker` (the one it is a companion of) in the
+        resolution's own transaction, when the worker has a free thread: the run's next segment then starts
+        at once, without a claim of its own (docs/performance.md). Otherwise the run is queued for any worker."""
+        self._worker = worker
 
     def start(self) -> None:
         self._application = current()
@@ -256,8 +263,8 @@ class Coordinator:
                           bytes_received=task.bytes_received)
             return True
         detail = {"deadline_at": wait.deadline_at.isoformat()}
-        if resolutions.resolve_wait(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
-                                    resolution="timeout", detail=detail, cancel_remote=True):
+        if self._resume(wait, turn_index=checkpoint["turn_index"], result=timeout_text(wait.deadline_at),
+                        resolution="timeout", detail=detail, cancel_remote=True):
             log.info("run %s: delegation to %s timed out", wait.run_id, wait.remote_agent)
         return True
 
@@ -335,6 +342,19 @@ class Coordinator:
         agent_failures.answered(agent)
 
     def _resolve(self, wait, checkpoint: dict, text: str, detail: dict, bytes_received: int = 0) -> None:
-        if resolutions.resolve_wait(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,
-                                    bytes_received=bytes_received):
+        if self._resume(wait, turn_index=checkpoint["turn_index"], result=text, detail=detail,
+                        bytes_received=bytes_received):
             log.info("run %s resumed with the answer of %s", wait.run_id, wait.remote_agent)
+
+    def _resume(self, wait, **resolution) -> bool:
+        """Resolve the wait (True for the one winner): the run claimed for this process's worker if it has a
+        free thread, queued otherwise."""
+        worker = self._worker
+        if worker is None or not worker.reserve_slot():
+            return resolutions.resolve_wait(wait, **resolution)
+        claimed = None
+        try:
+            claimed = resolutions.resolve_and_claim(wait, worker.id, worker.lease, **resolution)
+        finally:
+            worker.take_reserved(claimed)
+        return claimed is not None

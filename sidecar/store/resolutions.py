@@ -1,19 +1,24 @@
 """How a dependency wait ends: resolved with a result, failed, or cancelled; each exactly once.
 
 Each is one guarded transaction: `resolved_at IS NULL` and the run still waiting on this wait, then the
-tool result is stored for exactly the suspended tool-call id and the run is queued (or ends); any racing
-resolver finds zero rows. A deadline or a cancel journals its CancelTask in that same transaction.
+tool result is stored for exactly the suspended tool-call id and the run is queued (or claimed at once by
+the resolving process's worker, or ends); any racing resolver finds zero rows. A deadline or a cancel
+journals its CancelTask in that same transaction.
 """
 
 from datetime import datetime
 
 from .. import wakeup
 from ..domain.clock import utcnow
+from ..domain.lease import LeasePolicy
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import events, notify, outbound, statements
-from .db import database, transactional
+from .db import database, supports_returning, transactional
+from .leases import Claim
 from .models import DependencyWait, Run, ToolResult
 from .waits import WAITING
+
+QUEUED, RUNNING = RunStatus.QUEUED.value, RunStatus.RUNNING.value
 
 
 class _Lost(Exception):
@@ -40,51 +45,73 @@ def _cancel_remote(wait: DependencyWait, guard, now) -> None:
 
 @transactional
 def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str, detail: dict,
-             cancel_remote: bool, bytes_received: int) -> None:
+             cancel_remote: bool, bytes_received: int, taker: tuple[str, LeasePolicy] | None) -> tuple | None:
     now = utcnow()
     guard = _close(wait, resolution, now)
     resumed = {"pause_id": wait.id, "resolution": resolution, **detail}
     tool = {"turn_index": turn_index, "tool_call_id": wait.tool_call_id, "name": "delegate_to_agent", "result": result}
+    described = [("resume", resumed), ("status", {"from": WAITING, "to": QUEUED}), ("tool", tool)]
+    values = {"status": QUEUED, "waiting_on": None, "queued_at": now, "updated_at": now}
+    if taker is not None:
+        # Claimed in the same transaction, as claim_queued would: the run passes through queued (its event says
+        # so) but no other worker can see it there.
+        holder, lease = taker
+        described.append(("status", {"from": QUEUED, "to": RUNNING}))
+        values.update(status=RUNNING, lease_holder=holder, lease_expires_at=lease.expiry(now), queued_at=None)
     if cancel_remote:
         # A deadline: the CancelTask's journal row and its event come between the resumption and the status.
         if events.append(wait.run_id, guard, "resume", resumed) is None:
             raise _Lost()
         _cancel_remote(wait, guard, now)
-        events.append(wait.run_id, guard, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
-        events.append(wait.run_id, guard, "tool", tool)
-    events_taken = 0 if cancel_remote else 3
-    # The run queued again under the guard; without a cancel it also takes its three events' sequences.
+        for kind, payload in described[1:]:
+            events.append(wait.run_id, guard, kind, payload)
+    events_taken = 0 if cancel_remote else len(described)
+    whole_row = taker is not None and supports_returning()
+    returning = statements.RUN_COLUMNS if whole_row else ("lease_epoch", "last_event_sequence")
+    # The run queued (or claimed) under the guard; without a cancel it also takes its events' sequences.
     written = statements.update_run(
-        wait.run_id,
-        where={"status": WAITING, "waiting_on": wait.id},
-        values={"status": RunStatus.QUEUED.value, "waiting_on": None, "queued_at": now, "updated_at": now},
+        wait.run_id, where={"status": WAITING, "waiting_on": wait.id}, values=values,
         add={"lease_epoch": 1, "bytes_used": bytes_received, "last_event_sequence": events_taken},
-        returning=("last_event_sequence",),
+        returning=returning,
     )
     if written is None:
         raise _Lost()
+    run = statements.run_from_row(returning, written) if whole_row else None
+    epoch, sequence = (run.lease_epoch, run.last_event_sequence) if run else written
     if not cancel_remote:
-        (sequence,) = written
-        events.record(wait.run_id, sequence - 2, "resume", resumed)
-        events.record(wait.run_id, sequence - 1, "status", {"from": WAITING, "to": RunStatus.QUEUED.value})
-        events.record(wait.run_id, sequence, "tool", tool)
+        for number, (kind, payload) in enumerate(described, start=sequence - events_taken + 1):
+            events.record(wait.run_id, number, kind, payload)
     statements.insert_values(ToolResult, {"run_id": wait.run_id, "tool_call_id": wait.tool_call_id,
                                           "turn_index": turn_index, "name": "delegate_to_agent", "result": result,
                                           "created_at": now})
+    return (Claim(wait.run_id, epoch, taker[0]), run) if taker is not None else None
 
 
 def resolve_wait(wait: DependencyWait, *, turn_index: int, result: str, resolution: str = "result",
-            detail: dict | None = None, cancel_remote: bool = False, bytes_received: int = 0) -> bool:
+                 detail: dict | None = None, cancel_remote: bool = False, bytes_received: int = 0) -> bool:
     """Answer the suspended tool call with `result` and queue the run. True for the one caller that wins.
     With `cancel_remote` (a deadline) the remote task's CancelTask is journalled in the same transaction;
     `bytes_received`, the size of the answer that carried the result, is added to the run's transfer count
     by the winner only."""
     try:
-        _resolve(wait, turn_index, result, resolution, detail or {}, cancel_remote, bytes_received)
+        _resolve(wait, turn_index, result, resolution, detail or {}, cancel_remote, bytes_received, None)
     except _Lost:
         return False
     wakeup.runs_queued()
     return True
+
+
+def resolve_and_claim(wait: DependencyWait, holder: str, lease: LeasePolicy, *, turn_index: int, result: str,
+                      resolution: str = "result", detail: dict | None = None, cancel_remote: bool = False,
+                      bytes_received: int = 0) -> tuple[Claim, Run | None] | None:
+    """resolve_wait(), and the run claimed for `holder` in the same transaction instead of queued: one
+    transaction where a resolution and a claim were two. Returns the claim and, where UPDATE ... RETURNING
+    exists, the run as written (else None: the caller reads it); None for a caller that did not win."""
+    try:
+        return _resolve(wait, turn_index, result, resolution, detail or {}, cancel_remote, bytes_received,
+                        (holder, lease))
+    except _Lost:
+        return None
 
 
 @transactional
