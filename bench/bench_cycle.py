@@ -6,6 +6,7 @@ suspension, a poll (or a push) that finds the task completed, the resumption, th
     .venv/bin/python bench/bench_cycle.py --quick          # a few seconds: proves it works, checks no floor
     .venv/bin/python bench/bench_cycle.py --databases sqlite --processes 1
     .venv/bin/python bench/bench_cycle.py --agents "sdk push"     # only the rows of these agents
+    .venv/bin/python bench/bench_cycle.py --agents fast --in-flight 20 --runs 1200   # one row of its own
 
 `nrllm-sidecar serve --no-worker` (the API) and `nrllm-sidecar worker` (with whatever worker processes it
 starts), each a process tree of its own; this process is the host (a host token, HTTP clients in threads)
@@ -325,6 +326,8 @@ def main() -> int:
                         "the API's doorbell wakes the worker processes; figures before ced0d37 used 0.05)")
     parser.add_argument("--agents", help="comma-separated rows to run (fast, fast push, sdk, sdk push; default: all)")
     parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
+    parser.add_argument("--in-flight", type=int, help="one row per agent, with this many runs in flight")
+    parser.add_argument("--runs", type=int, help="runs in each row (default: the row's)")
     args = parser.parse_args()
     phases = QUICK if args.quick else FULL
     if args.agents:
@@ -332,6 +335,10 @@ def main() -> int:
         phases = tuple(phase for phase in phases if phase.agent in wanted)
         if not phases:
             parser.error(f"--agents names no row: {args.agents}")
+    if args.in_flight:
+        phases = tuple({phase.agent: Phase(phase.agent, args.in_flight, phase.runs) for phase in phases}.values())
+    if args.runs:
+        phases = tuple(Phase(phase.agent, phase.in_flight, args.runs) for phase in phases)
     worker_args = ["--poll-interval", args.poll_interval] if args.poll_interval else []
     if args.processes:
         worker_args += ["--processes", str(args.processes)]
