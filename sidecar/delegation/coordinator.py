@@ -79,7 +79,7 @@ class Coordinator:
     def resume_with(self, worker) -> None:
         """Claim each run this coordinator resumes for `worker` (the one it is a companion of) in the
         resolution's own transaction, when the worker has a free thread: the run's next segment then starts
-        at once, without a claim of its own (docs/performance.md). Otherwise the run is queued for any worker."""
+        at once, without a claim of its own (docs/delegation.md). Otherwise the run is queued for any worker."""
         self._worker = worker
 
     def start(self) -> None:
