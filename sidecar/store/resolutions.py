@@ -14,11 +14,9 @@ from ..domain.lease import LeasePolicy
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import events, notify, outbound, statements
 from .db import database, supports_returning, transactional
-from .leases import Claim
+from .leases import QUEUED, RUNNING, Claim
 from .models import DependencyWait, Run, ToolResult
 from .waits import WAITING
-
-QUEUED, RUNNING = RunStatus.QUEUED.value, RunStatus.RUNNING.value
 
 
 class _Lost(Exception):
