@@ -156,13 +156,17 @@ class Worker:
 
     def _free_slots(self) -> int:
         with self._active_lock:
-            return self.concurrency - len(self._active) - self._reserved
+            return self._free_slots_held()
+
+    def _free_slots_held(self) -> int:
+        """Threads neither busy nor held for a claim; the caller holds _active_lock."""
+        return self.concurrency - len(self._active) - self._reserved
 
     def reserve_slot(self) -> bool:
         """Hold a thread for a run that this process is about to claim itself (a resolution that resumes it);
         False when none is free or the worker is stopping. A True is followed by take_reserved()."""
         with self._active_lock:
-            if self._stopping.is_set() or len(self._active) + self._reserved >= self.concurrency:
+            if self._stopping.is_set() or self._free_slots_held() <= 0:
                 return False
             self._reserved += 1
             return True
