@@ -119,7 +119,7 @@ class _RunSegment:
                 if call.id in results:
                     self.conversation.add_result(call, results[call.id])
         if turns:
-            log.info("run %s: replayed %d saved turns and %d results", self.segment.run_id, len(turns), len(results))
+            log.debug("run %s: replayed %d saved turns and %d results", self.segment.run_id, len(turns), len(results))
 
     def _drive(self, provider: ModelProvider) -> SegmentOutcome:
         while True:
