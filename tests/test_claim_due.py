@@ -79,14 +79,16 @@ def test_a_coordinator_claims_only_what_is_due_and_wakes_when_the_next_wait_is_d
     period, due_in = 9.0, 4.0
     coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url), tick_seconds=period)
     try:
-        assert not coordinator._anything_due()  # nothing waits: no claim at all
+        assert waits.earliest_due() is None  # nothing waits: no claim at all
         assert period - 4 < coordinator._sleep_seconds(time.monotonic()) <= period
         seed(1, due_in=due_in)
-        assert not coordinator._anything_due()
-        # Due sooner than the next period: looked at when due, not up to a period later.
-        assert MIN_PAUSE_SECONDS <= coordinator._sleep_seconds(time.monotonic()) <= due_in
+        assert not coordinator._is_due(due := waits.earliest_due())
+        # Due sooner than the next period: looked at when due, not up to a period later; the loop's own read
+        # of the due index gives the same sleep as a read of its own.
+        for sleep in (coordinator._sleep_seconds(time.monotonic()), coordinator._sleep_seconds(time.monotonic(), due)):
+            assert MIN_PAUSE_SECONDS <= sleep <= due_in
         seed(1, due_in=-1.0)
-        assert coordinator._anything_due()
+        assert coordinator._is_due(waits.earliest_due())
         assert coordinator._sleep_seconds(time.monotonic()) == MIN_PAUSE_SECONDS  # never a busy loop
     finally:
         coordinator.stop()

@@ -22,7 +22,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .. import logs, metrics, wakeup
 from ..application import current, enter, thread
@@ -52,6 +52,7 @@ IDLE_SECONDS = 10.0
 POLL_THREADS = {"sqlite": 8}
 DEFAULT_POLL_THREADS = 4
 _READ = object()  # poll(): read the journal row or the agent itself
+_UNREAD = object()  # _sleep_seconds(): read the earliest due time itself
 # A send lasts at most three call timeouts (connect, first byte, the rest); the fourth is the margin.
 LONGEST_SEND_IN_TIMEOUTS = 4
 # A failed poll or reconciliation: the next one after the agent's interval, then twice as long each time,
@@ -109,11 +110,15 @@ class Coordinator:
         while not self._stopping.is_set():
             looked_at = time.monotonic()
             busy = False
+            due = _UNREAD
             try:
                 # Woken by a suspension's NOTIFY, or ticking with nothing due yet: one indexed read instead
-                # of a claim's write transaction (which on SQLite holds the only writer's lock).
-                if self._anything_due():
+                # of a claim's write transaction (which on SQLite holds the only writer's lock). With nothing
+                # due, the same read also sets the sleep; a wait suspended since then wakes this loop again.
+                due = waits.earliest_due()
+                if self._is_due(due):
                     busy = self.tick() >= self.batch
+                    due = _UNREAD  # the tick moved the index: it is read again for the sleep
                 self.send_cancels()
                 database.after_success()
             except Exception as exc:
@@ -123,15 +128,15 @@ class Coordinator:
                 log.exception("coordinator tick failed; trying again at the next tick")
             if busy:
                 continue  # more may be due than one batch
-            self._wake.wait(self._sleep_seconds(looked_at))
+            self._wake.wait(self._sleep_seconds(looked_at, due))
             self._wake.clear()
 
     @staticmethod
-    def _anything_due() -> bool:
-        due = waits.earliest_due()
+    def _is_due(due: datetime | None) -> bool:
         return due is not None and due <= utcnow()
 
-    def _sleep_seconds(self, looked_at: float) -> float:
+    def _sleep_seconds(self, looked_at: float, due=_UNREAD) -> float:
+        """Until the next look at the due index; `due`: the earliest due time if the caller just read it."""
         # The next look at the due index comes tick_seconds after the last one began, not after its work
         # ended: a push on SQLite or MariaDB then waits at most one period, plus the work, for its poll
         # (bench/bench_push.py). A wait due sooner than that is looked at when it is due (not a period
@@ -140,12 +145,13 @@ class Coordinator:
         # MIN_PAUSE_SECONDS apart, so waits coming due one by one are claimed a few at a time.
         period = max(0.0, self.tick_seconds - (time.monotonic() - looked_at))
         listening = self._listener is not None and self._listener.listening
-        try:
-            due = waits.earliest_due()
-        except Exception as exc:
-            if not db.is_unavailable(exc):  # an outage: the next tick finds it and waits for the database
-                log.exception("reading the next due time failed")
-            return period
+        if due is _UNREAD:
+            try:
+                due = waits.earliest_due()
+            except Exception as exc:
+                if not db.is_unavailable(exc):  # an outage: the next tick finds it and waits for the database
+                    log.exception("reading the next due time failed")
+                return period
         until = max(MIN_PAUSE_SECONDS, (due - utcnow()).total_seconds()) if due else IDLE_SECONDS
         return min(IDLE_SECONDS, until) if listening else min(period, until)
 
