@@ -13,7 +13,7 @@ import pytest
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db as store_db
 from sidecar.store import leases, runs, turns
-from sidecar.store.db import SQLITE_BUSY_TIMEOUT_SECONDS, transactional
+from sidecar.store.db import SQLITE_BUSY_TIMEOUT_SECONDS, SQLITE_MMAP_BYTES, transactional
 from sidecar.store.models import Run
 from sidecar.testing import StepExecutor
 from tests.support.api import ACTOR
@@ -62,7 +62,7 @@ def _in_thread(target, *args) -> tuple[threading.Thread, list]:
 def _pragmas() -> dict:
     db = store_db.database
     return {name: db.execute_sql(f"PRAGMA {name}").fetchone()[0]
-            for name in ("journal_mode", "busy_timeout", "foreign_keys")}
+            for name in ("journal_mode", "busy_timeout", "foreign_keys", "mmap_size")}
 
 
 # --- SQLite: WAL, a busy timeout, BEGIN IMMEDIATE ------------------------------------------------------
@@ -71,8 +71,10 @@ def _pragmas() -> dict:
 @sqlite_only
 def test_sqlite_connections_are_in_wal_mode_with_the_busy_timeout(database_url):
     # Fails if SidecarSqliteDatabase lost its pragmas: journal_mode would read "delete", busy_timeout 0 (or
-    # another value), foreign_keys 0; and on every connection, not only the first one a process opens.
-    expected = {"journal_mode": "wal", "busy_timeout": SQLITE_BUSY_TIMEOUT_SECONDS * 1000, "foreign_keys": 1}
+    # another value), foreign_keys 0, mmap_size 0 (reads through read() again); and on every connection, not
+    # only the first one a process opens.
+    expected = {"journal_mode": "wal", "busy_timeout": SQLITE_BUSY_TIMEOUT_SECONDS * 1000, "foreign_keys": 1,
+                "mmap_size": SQLITE_MMAP_BYTES}
     assert SQLITE_BUSY_TIMEOUT_SECONDS >= 1
     assert _pragmas() == expected
     seen = []
