@@ -4,6 +4,7 @@ that the task is done, per database, with production's processes.
     .venv/bin/python bench/bench_push.py                  # full run, compared with the floors
     .venv/bin/python bench/bench_push.py --quick          # a few seconds: proves it works, checks no floor
     .venv/bin/python bench/bench_push.py --databases sqlite,postgresql,mysql
+    .venv/bin/python bench/bench_push.py --databases sqlite --processes 1 --concurrency 4   # a smaller worker
 
 A real a2a-sdk peer with push notifications (tests/support/peers.py, its own process), `nrllm-sidecar serve
 --no-worker` receiving its pushes at POST /api/v1/push, and `nrllm-sidecar worker` (production settings:
@@ -96,8 +97,9 @@ class RelayHandler(BaseHTTPRequestHandler):
         pass
 
 
-def latencies(dialect: str, peer_url: str, count: int) -> list[float]:
-    """Milliseconds from the arrival of each task's completion push to its run's resumption."""
+def latencies(dialect: str, peer_url: str, count: int, worker_args: list[str]) -> list[float]:
+    """Milliseconds from the arrival of each task's completion push to its run's resumption; `worker_args`
+    are added to the `worker` command's."""
     key = generate_key()
     with scratch_database(dialect) as url, tempfile.TemporaryDirectory() as logs:
         bound = db.bind(url)
@@ -112,7 +114,7 @@ def latencies(dialect: str, peer_url: str, count: int) -> list[float]:
                "NRLLM_PUBLIC_URL": f"http://127.0.0.1:{relay.server_address[1]}"}
         processes = [sidecar(["serve", "--no-worker", "--host", "127.0.0.1", "--port", str(port)], env,
                              Path(logs) / "api.log"),
-                     sidecar(["worker", "--poll-interval", "0.05"], env, Path(logs) / "worker.log")]
+                     sidecar(["worker", "--poll-interval", "0.05", *worker_args], env, Path(logs) / "worker.log")]
         try:
             deadline = time.monotonic() + 60
             while not (WorkerHeartbeat.select().exists() and api_answers(port)):
@@ -161,7 +163,12 @@ def script(index: int) -> list[dict]:
 
 
 def main() -> int:
-    args = arguments(__doc__, quick_help="a few pushes; checks the figures exist, not the floors").parse_args()
+    parser = arguments(__doc__, quick_help="a few pushes; checks the figures exist, not the floors")
+    parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's)")
+    parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
+    args = parser.parse_args()
+    worker_args = [*(["--processes", str(args.processes)] if args.processes else []),
+                   *(["--concurrency", str(args.concurrency)] if args.concurrency else [])]
     count = QUICK_RUNS if args.quick else FULL_RUNS
     print(f"push benchmark ({'quick' if args.quick else 'full'}): {count} runs per database, agent polled every 60 s")
     print(f"{'database':<11}{'runs':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  floor (p99 ms)", flush=True)
@@ -170,7 +177,7 @@ def main() -> int:
     try:
         for dialect in args.databases:
             with measuring(dialect, args.quick, problems):
-                values = latencies(dialect, peer_url, count)
+                values = latencies(dialect, peer_url, count, worker_args)
                 p50, p99, floor = percentile(values, 0.5), percentile(values, 0.99), P99_FLOORS_MS.get(dialect)
                 print(f"{dialect:<11}{len(values):>8}{p50:>9.0f}{p99:>9.0f}{max(values):>9.0f}  "
                       f"{verdict(floor, floor is not None and p99 < floor, args.quick)}", flush=True)
