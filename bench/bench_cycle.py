@@ -47,6 +47,7 @@ from bench_waiting import start_peer
 from harness import (
     ROOT,
     CheckFailed,
+    add_worker_size,
     address,
     arguments,
     check,
@@ -59,6 +60,7 @@ from harness import (
     process_tree,
     sidecar_processes,
     verdict,
+    worker_size,
 )
 from scratch_databases import scratch_database
 
@@ -320,12 +322,10 @@ def misses(rows: list[Row]) -> list[str]:
 
 def main() -> int:
     parser = arguments(__doc__, quick_help="a few runs per phase; checks they complete, not the floors")
-    parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's on "
-                        "SQLite, one per core; 2 on PostgreSQL, the floor's two workers)")
+    add_worker_size(parser, "the worker's on SQLite, one per core; 2 on PostgreSQL, the floor's two workers")
     parser.add_argument("--poll-interval", help="passed to `worker --poll-interval` (default: the worker's, 1 s; "
                         "the API's doorbell wakes the worker processes; figures before ced0d37 used 0.05)")
     parser.add_argument("--agents", help="comma-separated rows to run (fast, fast push, sdk, sdk push; default: all)")
-    parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
     parser.add_argument("--in-flight", type=int, help="one row per agent, with this many runs in flight")
     parser.add_argument("--runs", type=int, help="runs in each row (default: the row's)")
     args = parser.parse_args()
@@ -339,11 +339,7 @@ def main() -> int:
         phases = tuple({phase.agent: Phase(phase.agent, args.in_flight, phase.runs) for phase in phases}.values())
     if args.runs:
         phases = tuple(Phase(phase.agent, phase.in_flight, args.runs) for phase in phases)
-    worker_args = ["--poll-interval", args.poll_interval] if args.poll_interval else []
-    if args.processes:
-        worker_args += ["--processes", str(args.processes)]
-    if args.concurrency:
-        worker_args += ["--concurrency", str(args.concurrency)]
+    worker_args = (["--poll-interval", args.poll_interval] if args.poll_interval else []) + worker_size(args)
     print(f"cycle benchmark ({'quick' if args.quick else 'full'}): agents polled every {POLL_SECONDS} s, "
           f"worker {' '.join(worker_args) or '(its defaults)'}")
     print(f"machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} (1 min) before this benchmark")

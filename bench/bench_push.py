@@ -35,7 +35,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from bench_waiting import AGENT, ROOT, close, settings_for, start_peer
-from harness import CheckFailed, arguments, check, conclude, free_port, measuring, percentile, verdict
+from harness import (
+    CheckFailed,
+    add_worker_size,
+    arguments,
+    check,
+    conclude,
+    free_port,
+    measuring,
+    percentile,
+    verdict,
+    worker_size,
+)
 from scratch_databases import scratch_database
 
 from sidecar import bootstrap
@@ -164,11 +175,9 @@ def script(index: int) -> list[dict]:
 
 def main() -> int:
     parser = arguments(__doc__, quick_help="a few pushes; checks the figures exist, not the floors")
-    parser.add_argument("--processes", type=int, help="passed to `worker --processes` (default: the worker's)")
-    parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
+    add_worker_size(parser)
     args = parser.parse_args()
-    worker_args = [*(["--processes", str(args.processes)] if args.processes else []),
-                   *(["--concurrency", str(args.concurrency)] if args.concurrency else [])]
+    worker_args = worker_size(args)
     count = QUICK_RUNS if args.quick else FULL_RUNS
     print(f"push benchmark ({'quick' if args.quick else 'full'}): {count} runs per database, agent polled every 60 s")
     print(f"{'database':<11}{'runs':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  floor (p99 ms)", flush=True)

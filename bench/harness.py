@@ -47,6 +47,18 @@ def arguments(doc: str, *, quick_help: str, databases: str = "sqlite,postgresql"
     return parser
 
 
+def add_worker_size(parser: argparse.ArgumentParser, processes_help: str = "the worker's") -> None:
+    """--processes and --concurrency, for a benchmark that starts `nrllm-sidecar worker` (worker_size())."""
+    parser.add_argument("--processes", type=int, help=f"passed to `worker --processes` (default: {processes_help})")
+    parser.add_argument("--concurrency", type=int, help="passed to `worker --concurrency` (default: the worker's)")
+
+
+def worker_size(args: argparse.Namespace) -> list[str]:
+    """The `worker` arguments of the options add_worker_size() added, where they were given."""
+    return [*(["--processes", str(args.processes)] if args.processes else []),
+            *(["--concurrency", str(args.concurrency)] if args.concurrency else [])]
+
+
 @contextlib.contextmanager
 def measuring(dialect: str, quick: bool, problems: list[str]):
     """Measure one database: a server that cannot be reached or a failed check becomes a problem, and the
