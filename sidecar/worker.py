@@ -54,6 +54,10 @@ class Worker:
                                         initargs=(self.application,))
         self._active: dict[str, Segment] = {}
         self._reserved = 0  # slots held for runs a companion is claiming (reserve_slot)
+        # Whether a queued run may be waiting for a free thread: the loop's last look found none free, or
+        # filled every free one. Only then does a finishing segment wake the loop; a run queued meanwhile
+        # wakes it anyway (wakeup.runs_queued, the doorbell).
+        self._run_may_wait = False
         self._active_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -155,8 +159,13 @@ class Worker:
             return len(self._active)
 
     def _free_slots(self) -> int:
+        """For the loop's look at the queue: with none free, a finishing segment is to wake the loop (set
+        under the lock the segment's end takes, so the end comes either before this count or after the flag)."""
         with self._active_lock:
-            return self._free_slots_held()
+            free = self._free_slots_held()
+            if free <= 0:
+                self._run_may_wait = True
+            return free
 
     def _free_slots_held(self) -> int:
         """Threads neither busy nor held for a claim; the caller holds _active_lock."""
@@ -184,7 +193,7 @@ class Worker:
                 if segment is not None:
                     self._active[segment.run_id] = segment
         if segment is None:
-            self._wake.set()  # a free slot again, for the loop
+            self._wake.set()  # a free slot again, for the loop (the slot was held, not counted free)
             return
         self._begin(segment)
 
@@ -205,8 +214,10 @@ class Worker:
                 metrics.CLAIM_CONFLICTS.inc(claims.conflicts)
                 for claim in claims:
                     self._submit(claim, claims.rows.get(claim.run_id))
+                if free > 0:
+                    self._run_may_wait = len(claims) == free
                 if claims and len(claims) == free:
-                    continue  # there may be more; a finishing segment sets _wake
+                    continue  # there may be more
             except Exception as exc:
                 if (pause := database.after_failure(exc)) is not None:
                     self._stopping.wait(pause)
@@ -267,7 +278,9 @@ class Worker:
             finally:
                 with self._active_lock:
                     self._active.pop(segment.run_id, None)
-                self._wake.set()
+                    wake = self._run_may_wait
+                if wake:
+                    self._wake.set()  # a thread free for a run that may be waiting
                 db.release_connection(pooled_only=True)  # the pool checks it before this thread's next segment
             metrics.SEGMENT_OUTCOMES.labels(outcome.value).inc()
             log.info("segment of run %s (epoch %d): %s", segment.run_id, segment.claim.epoch, outcome.value)
