@@ -51,10 +51,13 @@ def test_a_finishing_segment_hands_its_thread_to_a_run_that_waited_for_one(datab
     assert [run_row(run_id).output for run_id in ids] == ["run 0", "run 1", "run 2"]
 
 
-def test_a_segment_on_a_thread_held_for_a_companion_also_hands_it_on(database_url, worker_polling_rarely):
+def test_a_segment_on_a_thread_held_for_a_companion_also_hands_it_on(database_url, worker_polling_rarely,
+                                                                     monkeypatch):
     """The coordinator holds a thread for a run it resumes (reserve_slot, take_reserved) without the loop's
     knowing: a run queued meanwhile finds no thread free, and the end of that segment is what wakes the loop."""
+    looks = _looks_at_the_queue(monkeypatch)
     worker = worker_polling_rarely(concurrency=1)
+    wait_until(lambda: looks, what="the loop's first look, with its thread free and nothing queued")
     assert worker.reserve_slot()
     resumed = runs.create_run("owner", steps_input({"sleep": 0.5}, output="resumed"), wake=False)
     claims = leases.claim_queued(worker.id, 1, worker.lease)
