@@ -158,9 +158,10 @@ class Worker:
         with self._active_lock:
             return len(self._active)
 
-    def _free_slots(self) -> int:
-        """For the loop's look at the queue: with none free, a finishing segment is to wake the loop (set
-        under the lock the segment's end takes, so the end comes either before this count or after the flag)."""
+    def _free_slots_for_a_look(self) -> int:
+        """The free threads, counted for the loop's look at the queue; with none free, a finishing segment is
+        to wake the loop (set under the lock the segment's end takes, so the end comes either before this
+        count or after the flag)."""
         with self._active_lock:
             free = self._free_slots_held()
             if free <= 0:
@@ -207,7 +208,7 @@ class Worker:
                 if time.monotonic() >= next_reap:
                     self.reap()
                     next_reap = time.monotonic() + self.lease.reap_interval
-                free = self._free_slots()
+                free = self._free_slots_for_a_look()
                 wanted = free > 0 and leases.worth_claiming()
                 claims = leases.claim_queued(self.id, free, self.lease) if wanted else ClaimBatch()
                 database.after_success()
