@@ -44,6 +44,8 @@ class Application:
     event_hub: Any = None
     # delegation/a2a.py: the routes (connection pools) to remote agents, one per address and allow-list.
     remote_routes: dict = field(default_factory=dict)
+    # store/push_counts.py: the pushes counted in this process and not written yet.
+    push_counts: Any = None
     # store/idempotency.py: when expired records were last deleted (time.monotonic()).
     idempotency_purged_at: float = 0.0
     # Guards the parts made on first use by several threads (the plugin manager, the hub, routes, wake-ups).

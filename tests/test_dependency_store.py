@@ -16,7 +16,7 @@ from sidecar.delegation import push
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState, StatusNotWritable
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, leases, outbound, resends, resolutions, runs, status_guard, waits
+from sidecar.store import db, leases, outbound, push_counts, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
 from tests.support.delegation import journalled_send
@@ -25,11 +25,7 @@ from tests.support.runs import event_kinds, event_payloads, run_row, sequences
 LEASE = LeasePolicy(30)
 
 
-@pytest.fixture(autouse=True)
-def open_gate(database_url):
-    status_guard.install(lambda status, origin: None)  # every status may be written
-    yield
-    status_guard.install(None)
+pytestmark = pytest.mark.usefixtures("every_status_writable")
 
 
 def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
@@ -239,14 +235,17 @@ STILL_WORKING = {  # a 1.0 StreamResponse's status update and task, and what a 0
 def test_a_push_saying_the_task_still_works_is_counted_and_brings_nothing_forward(database_url, shape):
     claim, row, token = send_with_push()
     working = STILL_WORKING[shape](row.remote_task_id)
-    # Before the suspension: not noted, so the suspension keeps the wait's first poll where it was.
+    # Before the suspension: not noted, so the suspension keeps the wait's first poll where it was. Only
+    # counted, and the count written with others (store/push_counts.py).
     assert push.receive(push.authenticate(token), working) is False
+    assert push_counts.flush() == 1
     assert (outbound.get(row.id).pushes_seen, outbound.get(row.id).push_received_at) == (1, None)
     wait = suspend_on(claim, row, poll=60, push_token=token)
     assert wait.next_poll_at > utcnow()
     # After it: the wait's next poll stays where it is.
     assert push.receive(push.authenticate(token), working) is False
     assert DependencyWait.get_by_id(wait.id).next_poll_at == wait.next_poll_at
+    assert push_counts.flush() == 1
     assert outbound.get(row.id).pushes_seen == 2
     # Any state that may be news does bring it forward: the poll decides what it means.
     for news in ({"artifactUpdate": {"taskId": row.remote_task_id}}, status_push(row.remote_task_id, "bogus"),

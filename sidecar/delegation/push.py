@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..domain import push_tokens
 from ..domain.errors import NotThisDelegation, Unauthenticated
 from ..domain.vocabulary import OutboundOutcome
-from ..store import outbound, waits
+from ..store import outbound, push_counts, waits
 from ..store.models import DependencyWait, Outbound
 from .a2a import notification_state, notification_task_id
 from .types import ALL_STATES, INTERRUPTED_STATES, TERMINAL_STATES
@@ -96,12 +96,13 @@ def receive(delegation: Delegation, notification) -> bool:
         raise NotThisDelegation(f"task {task_id} does not belong to this delegation")
     if not unknown and not worth_a_look(notification_state(notification)):
         # The task is still submitted or working: a poll now would find just that. Its answer comes with
-        # a later push (or the wait's own polls), so this one moves nothing (docs/delegation.md, "Pushes").
-        outbound.count_push(row.id)
+        # a later push (or the wait's own polls), so this one moves nothing (docs/delegation.md, "Pushes")
+        # and is only counted, written with others a moment later.
+        push_counts.count(row.id)
         log.debug("run %s: push for task %s, still working: nothing to look at", row.run_id, task_id)
         return False
     if wait is None:
-        outbound.count_push(row.id, early=True)
+        outbound.note_early_push(row.id)
         # The suspension may have committed since the token was looked up: then it did not see the note.
         wait = waits.open_wait_on(row.run_id, row.id)
         if wait is None:
@@ -109,7 +110,7 @@ def receive(delegation: Delegation, notification) -> bool:
             return True
         moved = waits.poll_now(wait.id)
     elif wait.resolved_at is not None:
-        outbound.count_push(row.id)
+        push_counts.count(row.id)
         return False  # a late push (the answer was polled already): nothing to do, and nothing is wrong
     else:
         moved = waits.pushed(wait.id, row.id)  # counted, and the poll brought forward, in one transaction

@@ -10,6 +10,7 @@
   reconnect with Last-Event-ID to a worker that stays, instead of holding this one until the graceful
   timeout kills it.
 - The streams one process accepts stay below its threads, so other requests always find a thread.
+- A stopping worker writes the pushes it counted and has not written yet (store/push_counts.py).
 
 Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.http_worker.SidecarWorker`.
 """
@@ -30,6 +31,7 @@ from ..api import event_hub, streaming
 from ..api.errors import default_code, error_body
 from ..application import thread
 from ..config import Settings
+from ..store import push_counts
 
 
 def threads_kept_free(threads: int) -> int:
@@ -127,6 +129,14 @@ class SidecarWorker(ThreadWorker):
         # collector no longer walks it: a full collection took 10 to 30 ms, a pause every request in flight
         # waited out, and now takes next to nothing.
         gc.freeze()
+
+    def run(self):
+        try:
+            super().run()  # returns once the requests in flight have ended (or the graceful timeout passed)
+        finally:
+            application = getattr(self.wsgi, "extensions", {}).get("nrllm_application")
+            if application is not None:
+                application.run(push_counts.flush)
 
     def enqueue_req(self, conn):
         if type(conn) is TConn:

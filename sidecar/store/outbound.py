@@ -237,17 +237,17 @@ def sends_of_run(run_id: str) -> list[Outbound]:
     return statements.select_many(Outbound, run_id=run_id, kind=SEND)
 
 
-def count_push(outbound_id: str, *, early: bool = False) -> None:
-    """One more push for this send, in one UPDATE committed on its own (a lost count would only under-report).
-    `early`: it came before the run's suspension, which is remembered (the first one's time)."""
-    _count_push(outbound_id, utcnow() if early else None)
+def note_early_push(outbound_id: str) -> None:
+    """A push for this send came before the run's suspension: counted, and remembered (the first one's time) for
+    the suspension to see, in one UPDATE committed on its own. Pushes that change nothing are counted by
+    store/push_counts.py instead."""
+    _note_early_push(outbound_id, utcnow())
 
 
 @transactional
-def _count_push(outbound_id: str, early_at: datetime | None) -> None:
+def _note_early_push(outbound_id: str, early_at: datetime) -> None:
     statements.add_to(Outbound, "pushes_seen", 1, id=outbound_id)
-    if early_at is not None:
-        statements.update_where(Outbound, {"id": outbound_id, "push_received_at": None}, {"push_received_at": early_at})
+    statements.update_where(Outbound, {"id": outbound_id, "push_received_at": None}, {"push_received_at": early_at})
 
 
 def pushed_early(outbound_id: str) -> bool:

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from sidecar.domain import push_tokens
-from sidecar.store import consumers, leases, outbound, remote_agents, runs
+from sidecar.store import consumers, leases, outbound, remote_agents, runs, status_guard
 from sidecar.store.remote_agents import AgentFields
 from tests.support.peers import PeerPool
 from tests.support.segments import LEASE
@@ -21,6 +21,15 @@ A2A_DATABASES = ["sqlite", "postgresql"]  # the A2A flows run on these (docs/arc
 def delegation_offered(settings):
     """The consumers' gate open, as after a host's empty report: runs may delegate."""
     consumers.replace_report([])
+
+
+@pytest.fixture
+def every_status_writable(database_url):
+    """A gate that lets every status be written, for store tests that build no app (which would install the
+    real one)."""
+    status_guard.install(lambda status, origin: None)
+    yield
+    status_guard.install(None)
 
 
 # The database parameters of the A2A flows, with delegation offered.
