@@ -239,7 +239,7 @@ def sends_of_run(run_id: str) -> list[Outbound]:
 
 def note_early_push(outbound_id: str) -> None:
     """A push for this send came before the run's suspension: counted, and remembered (the first one's time) for
-    the suspension to see, in one UPDATE committed on its own. Pushes that change nothing are counted by
+    the suspension to see, in a transaction of its own. Pushes that change nothing are counted by
     store/push_counts.py instead."""
     _note_early_push(outbound_id, utcnow())
 
