@@ -9,9 +9,13 @@ queue or look at the due index. A doorbell rings them at once.
 Every worker process binds a datagram socket in one directory per database (under the temporary
 directory, private to the user, named by a digest of the SQLite file's real path or the server's
 address and database), and serves it with a thread (`Doorbell`, a companion of the worker). A process
-that has no worker of its own (the API's) rings every socket of that directory after its commits
-(`ring_other_processes`): a non-blocking send of one byte, `q` for runs queued, `d` for waits due; a
-socket whose process is gone is removed. A ring is only a hint, as an in-process wake-up is: a lost one
+that has no worker of its own (the API's) rings after its commits (`ring_other_processes`): a
+non-blocking send of one byte, `q` for runs queued to every socket of that directory, `d` for waits due
+to one of them, in turn; a socket whose process is gone is removed (and the next one rung instead). Any
+coordinator claims every wait that is due, so one woken is enough: woken all, every other one made a claim
+that found nothing, a write transaction each (on SQLite a turn of the one writer's lock). A queued run
+still wakes every process: only one with a free thread claims it, and the ringing process cannot know
+which has one. A ring is only a hint, as an in-process wake-up is: a lost one
 (a full buffer, a worker started a moment later, processes on other machines) costs what it cost
 before, the next poll; nothing is ever taken from the datagram but the reason to look.
 """
@@ -88,20 +92,28 @@ class _Ringer:
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
         self._pid = 0
+        self._turn = 0  # which doorbell a ring for one of them starts with
 
-    def ring(self, what: bytes) -> int:
-        """Send `what` to every doorbell of the bound database; returns how many were rung."""
+    def ring(self, what: bytes, *, one: bool = False) -> int:
+        """Send `what` to every doorbell of the bound database, or with `one` to the next one in turn that
+        can be rung; returns how many were rung."""
         folder = directory()
         if folder is None:
             return 0
         try:
-            entries = [e.path for e in os.scandir(folder) if e.name.endswith(SUFFIX)]
+            entries = sorted(e.path for e in os.scandir(folder) if e.name.endswith(SUFFIX))
         except FileNotFoundError:
             return 0  # no worker process has one
         rung = 0
         with self._lock:
             sender = self._sender()
+            if one and entries:
+                first = self._turn % len(entries)
+                self._turn += 1
+                entries = entries[first:] + entries[:first]
             for path in entries:
+                if one and rung:
+                    break
                 try:
                     sender.sendto(what, path)
                     rung += 1
@@ -125,8 +137,8 @@ class _Ringer:
 _ringer = _Ringer()
 
 
-def ring(what: bytes) -> int:
-    return _ringer.ring(what)
+def ring(what: bytes, *, one: bool = False) -> int:
+    return _ringer.ring(what, one=one)
 
 
 class _RingOnSet:
@@ -143,7 +155,7 @@ class _RingOnSet:
         if self.what == DEPENDENCIES_DUE and dialect() == "postgresql":
             return  # NOTIFY tells every listening coordinator already, on any machine
         try:
-            ring(self.what)
+            ring(self.what, one=self.what == DEPENDENCIES_DUE)
         except Exception:  # a wake-up is a hint: the commit it follows stands, and the next poll finds it
             log.exception("ringing the worker processes failed")
 
