@@ -63,7 +63,7 @@ class PushCounts:
         return sum(taken.values())
 
     def _arm(self) -> None:
-        # Under self.lock. One timer at a time: the pushes counted while it runs are written with it.
+        # Under self.lock. One timer at a time: the pushes counted while it waits are written with it.
         if self.timer is None:
             self.timer = threading.Timer(FLUSH_SECONDS, self._flush_from_timer)
             self.timer.name, self.timer.daemon = "push-counts", True
