@@ -54,7 +54,7 @@ def drained(sock: socket.socket) -> bytes:
             return rings
 
 
-def test_a_wait_due_rings_one_worker_process_in_turn_and_a_queued_run_rings_every_one(database_url, tmp_path):
+def test_a_wait_due_rings_one_worker_process_in_turn_and_a_queued_run_rings_every_one(database_url):
     folder = doorbell.directory()
     folder.mkdir(mode=0o700, exist_ok=True)
     bells = []

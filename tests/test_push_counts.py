@@ -64,6 +64,7 @@ def test_a_count_that_could_not_be_written_is_written_by_the_next_flush(database
         assert pushes_seen(row) == [1]
     finally:
         holder.close()
+        store_db.database.close()  # the test's own binding: the fixture closes only the one it made
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
