@@ -10,7 +10,9 @@ made to post elsewhere. It keeps tasks in memory only, answers a repeated messag
 already made, and is not meant for anything but the demo.
 """
 
+import heapq
 import http.client
+import itertools
 import json
 import logging
 import threading
@@ -40,6 +42,7 @@ class _Tasks:
 
     def __init__(self, work_seconds: float):
         self.work_seconds = work_seconds
+        self.pusher = _Pusher(self)
         self._lock = threading.Lock()
         self._tasks: dict[str, dict] = {}
         self._by_message: dict[str, str] = {}
@@ -57,26 +60,8 @@ class _Tasks:
             self._tasks[task["id"]] = task
             self._by_message[message_id] = task["id"]
             if push:
-                timer = threading.Timer(self.work_seconds, self._push, (task["id"], push))
-                timer.daemon = True
-                timer.start()
+                self.pusher.post_at(task["started"] + self.work_seconds, task["id"], push)
             return self._view(task)
-
-    def _push(self, task_id: str, push: dict) -> None:
-        """Post the task, as it is once its work is done, to the send's push URL (one attempt)."""
-        view = self.get(task_id)
-        target = urlsplit(push["url"])
-        body = json.dumps({"task": view}).encode("utf-8")
-        connection = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=PUSH_TIMEOUT_SECONDS)
-        try:
-            path = (target.path or "/") + (f"?{target.query}" if target.query else "")
-            connection.request("POST", path, body=body, headers={
-                "Content-Type": "application/json", TOKEN_HEADER: push["token"]})
-            connection.getresponse().read()
-        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a token unfit for a header
-            log.info("demo agent: the push for task %s failed: %s", task_id, exc)
-        finally:
-            connection.close()
 
     def get(self, task_id: str) -> dict | None:
         with self._lock:
@@ -110,6 +95,74 @@ class _Tasks:
             view["status"]["message"] = {"role": "ROLE_AGENT", "messageId": f"{task['id']}-status",
                                          "parts": [{"text": "working on it"}]}
         return view
+
+
+class _Pusher:
+    """Posts each task, once its work is done, to its send's push URL with its token (one attempt). One
+    thread posts them all, in the order they are due, each over a kept-alive connection to its receiver, as
+    a peer's HTTP client keeps one (a thread and a new connection for every push cost the agent and the
+    receiving sidecar more than the push itself). A connection the receiver has closed meanwhile is opened
+    again for the same push."""
+
+    def __init__(self, tasks: "_Tasks"):
+        self._tasks = tasks
+        self._due: list[tuple[float, int, str, dict]] = []  # a heap: (due, order, task id, push config)
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+        self._connections: dict[tuple[str, int], http.client.HTTPConnection] = {}
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def post_at(self, due: float, task_id: str, push: dict) -> None:
+        """Post the task at `due` (time.monotonic)."""
+        with self._changed:
+            heapq.heappush(self._due, (due, next(self._order), task_id, push))
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name="demo-agent-pushes", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        if self._thread is not None:
+            self._thread.join(PUSH_TIMEOUT_SECONDS * 2 + 1)
+        for connection in self._connections.values():
+            connection.close()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._stopped and (not self._due or self._due[0][0] > time.monotonic()):
+                    self._changed.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                if self._stopped:
+                    return
+                _, _, task_id, push = heapq.heappop(self._due)
+            self._post(task_id, push)
+
+    def _post(self, task_id: str, push: dict) -> None:
+        target = urlsplit(push["url"])
+        path = (target.path or "/") + (f"?{target.query}" if target.query else "")
+        body = json.dumps({"task": self._tasks.get(task_id)}).encode("utf-8")
+        headers = {"Content-Type": "application/json", TOKEN_HEADER: push["token"]}
+        address = (target.hostname, target.port or 80)
+        for attempt in (1, 2):
+            connection = self._connections.get(address)
+            kept = connection is not None
+            if connection is None:
+                connection = self._connections[address] = http.client.HTTPConnection(
+                    *address, timeout=PUSH_TIMEOUT_SECONDS)
+            try:
+                connection.request("POST", path, body=body, headers=headers)
+                connection.getresponse().read()
+                return
+            except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a token unfit for a header
+                connection.close()
+                del self._connections[address]
+                if not (kept and attempt == 1 and isinstance(exc, ConnectionError)):
+                    log.info("demo agent: the push for task %s failed: %s", task_id, exc)
+                    return
 
 
 def _card(base_url: str) -> dict:
@@ -218,7 +271,8 @@ class DemoAgent:
         self._server = ThreadingHTTPServer((host, 0), BaseHTTPRequestHandler)
         self._server.daemon_threads = True
         self.url = f"http://{host}:{self._server.server_port}"
-        self._server.RequestHandlerClass = _handler(_Tasks(work_seconds), self.url)
+        self._tasks = _Tasks(work_seconds)
+        self._server.RequestHandlerClass = _handler(self._tasks, self.url)
         self._thread = threading.Thread(target=self._server.serve_forever, name="demo-agent", daemon=True)
 
     def start(self) -> "DemoAgent":
@@ -228,3 +282,4 @@ class DemoAgent:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._tasks.pusher.stop()

@@ -82,3 +82,44 @@ def test_a_push_url_off_the_machine_is_refused_and_makes_no_task(agent, push_url
     listed = requests.post(agent.url + "/", timeout=10, json={
         "jsonrpc": "2.0", "id": "l", "method": "ListTasks", "params": {"contextId": "ctx-1"}}).json()
     assert listed["result"]["tasks"] == []
+
+
+def _http11_receiver(*, close_silently: bool):
+    """An HTTP/1.1 receiver noting each POST's client port. With `close_silently` it closes the connection
+    after every answer without saying so, as a server whose keep-alive timeout passed does."""
+    ports: list[int] = []
+    both = threading.Semaphore(0)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format, *args):  # noqa: A002 - the base class's name
+            pass
+
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            ports.append(self.client_address[1])
+            self.send_response(204)
+            self.end_headers()
+            self.close_connection = close_silently
+            both.release()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, ports, both
+
+
+@pytest.mark.parametrize("close_silently", [False, True])
+def test_pushes_share_a_kept_alive_connection_and_survive_its_closing(agent, close_silently):
+    server, ports, arrived = _http11_receiver(close_silently=close_silently)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/api/v1/push"
+        for message_id in ("m-1", "m-2", "m-3"):
+            _send(agent, url, message_id)
+        for _ in range(3):
+            assert arrived.acquire(timeout=10)
+        # Kept alive: one connection for all three. Closed after each: every push still arrives, on a new one.
+        assert len(set(ports)) == (3 if close_silently else 1)
+    finally:
+        server.shutdown()
+        server.server_close()
