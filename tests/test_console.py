@@ -64,6 +64,19 @@ def test_the_session_cookie_is_httponly_strict_and_secure_over_https(app, operat
     assert "Secure" in proxied
 
 
+def test_only_the_console_opens_its_session(app, operator_token):
+    logged_in = app.test_client()
+    log_in(logged_in, operator_token)
+    # A client that sends the cookie everywhere (a browser does not: its path is /console) ...
+    client = app.test_client()
+    client.set_cookie("nrllm_console", logged_in.get_cookie("nrllm_console", path="/console").value, path="/")
+    console = client.get("/console/runs")
+    assert console.status_code == 200 and "Set-Cookie" in console.headers  # read, and renewed (permanent)
+    # ... has no session elsewhere: the API neither reads nor renews it.
+    api = client.get("/api/v1/health")
+    assert api.status_code == 200 and "Set-Cookie" not in api.headers
+
+
 def test_the_login_goes_back_where_it_was_asked_for_and_never_elsewhere(client, operator_token):
     answer = client.post("/console/login?next=/console/tokens", data={"token": operator_token})
     assert answer.headers["Location"] == "/console/tokens"
