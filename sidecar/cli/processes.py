@@ -62,6 +62,25 @@ def _exit_stopped() -> None:
 DEFAULT_EXECUTOR = "sidecar.engine:AgentLoop"
 
 
+def _schedule_as_batch() -> None:
+    """Run this process, and the threads and processes it starts, under Linux's SCHED_BATCH, unless it was
+    started under another policy than the default one (an operator's `chrt` or systemd's
+    CPUSchedulingPolicy= stays as it is).
+
+    A worker process is many threads sharing one interpreter lock. A thread waking another (a lock handed
+    on, a segment submitted, a condition notified) was often preempted by the thread it woke, which then
+    found the interpreter lock still held by its waker and slept again: two context switches for nothing,
+    with the lock held through them. SCHED_BATCH does not preempt on wake-up, and otherwise shares the
+    cores as the default policy does, at the same nice value (docs/configuration.md, "Worker processes")."""
+    if not hasattr(os, "SCHED_BATCH"):
+        return
+    try:
+        if os.sched_getscheduler(0) == os.SCHED_OTHER:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except OSError as exc:  # a sandbox that forbids it: the default policy, as before
+        logging.getLogger("nrllm_sidecar.worker").debug("SCHED_BATCH not set: %s", exc)
+
+
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
     from ..delegation.coordinator import Coordinator
     from ..purger import RetentionPurger
@@ -142,6 +161,7 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
     SIGTERM stops all of them, each with its --grace."""
     from ..serving.server import Companion
 
+    _schedule_as_batch()  # first: every thread and process started from here on inherits the policy
     settings = _bind(migrate=True, wait_for_database=True)
     concurrency, processes = sized(store_db.dialect(), concurrency, processes)
     if metrics_port is not None:

@@ -32,9 +32,10 @@ def one_worker_process(args: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_LEASE, log_path: Path | None = None,
-                         env: dict | None = None) -> subprocess.Popen:
+                         env: dict | None = None, preexec_fn=None) -> subprocess.Popen:
     """Start `nrllm-sidecar worker` in its own process against the test database: one worker process unless
-    `args` say `--processes` (the default would start one per core)."""
+    `args` say `--processes` (the default would start one per core). `preexec_fn` runs in the child before
+    the command, as an operator's wrapper (`chrt`, `nice`) would."""
     args = one_worker_process(args)
     env = {**os.environ, "NRLLM_DATABASE_URL": database_url, "NRLLM_LEASE_SECONDS": str(lease), **(env or {})}
     stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the process
@@ -44,6 +45,7 @@ def start_worker_process(database_url: str, *args: str, lease: float = GENEROUS_
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=stderr,
+        preexec_fn=preexec_fn,
     )
 
 
