@@ -263,13 +263,19 @@ def _handler(tasks: _Tasks, base_url: str):
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # Every send comes on a new connection: a burst of them overflowed the standard library's backlog of 5,
+    # and a connection refused that way is tried again by the client's kernel only a second later.
+    request_queue_size = 128
+
+
 class DemoAgent:
     """The server and its thread: start() listens on 127.0.0.1 (a free port), stop() ends it."""
 
     def __init__(self, *, work_seconds: float = DEFAULT_WORK_SECONDS, host: str = "127.0.0.1"):
         self.work_seconds = work_seconds
-        self._server = ThreadingHTTPServer((host, 0), BaseHTTPRequestHandler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, 0), BaseHTTPRequestHandler)
         self.url = f"http://{host}:{self._server.server_port}"
         self._tasks = _Tasks(work_seconds)
         self._server.RequestHandlerClass = _handler(self._tasks, self.url)
