@@ -7,6 +7,7 @@ suspension, a poll (or a push) that finds the task completed, the resumption, th
     .venv/bin/python bench/bench_cycle.py --databases sqlite --processes 1
     .venv/bin/python bench/bench_cycle.py --agents "sdk push"     # only the rows of these agents
     .venv/bin/python bench/bench_cycle.py --agents fast --in-flight 20 --runs 1200   # one row of its own
+    .venv/bin/python bench/bench_cycle.py --agents "fast push" --stages   # and where a run's time went
 
 `nrllm-sidecar serve --no-worker` (the API) and `nrllm-sidecar worker` (with whatever worker processes it
 starts), each a process tree of its own; this process is the host (a host token, HTTP clients in threads)
@@ -27,6 +28,10 @@ cpu ms      CPU time per cycle (user and system, /proc/<pid>/stat) of the API pr
 db ms       CPU time per cycle of PostgreSQL's backends serving the sidecar, when the server runs on this
             machine (it shares the cores, so it bounds cycles/s too); not in cpu ms, which the floor counts
 
+--stages    after each row, the steps between a run's events (the event kinds, a status by its new value, the
+            wait's resolution as `resolved`) with their mean, p50 and p99 ms over the row's runs, the steps
+            that took the most time in all first; the time from the POST to the first event is not in it
+
 Checked: every run completed with the agent's answer. Exits 1 when a floor is missed or a check fails.
 """
 
@@ -34,12 +39,15 @@ import http.client
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from bench_store import commit_rate
@@ -70,7 +78,7 @@ from sidecar.domain.clock import utcnow
 from sidecar.domain.sealing import generate_key
 from sidecar.store import consumers, remote_agents, tokens
 from sidecar.store import db as store_db
-from sidecar.store.models import Run
+from sidecar.store.models import DependencyWait, Run, RunEvent
 from sidecar.store.remote_agents import AgentFields
 
 ACTOR = "be_user:1"
@@ -204,6 +212,29 @@ def drive(port: int, token: str, phase: Phase) -> tuple[float, list[float], list
     return phase.runs / (last - first).total_seconds(), latencies, list(sent)
 
 
+def print_stages(ids: list[str]) -> None:
+    """The steps between each run's events, and the wait's resolution, over the runs `ids` (see --stages)."""
+    moments: dict[str, list[tuple]] = defaultdict(list)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        for event in RunEvent.select().where(RunEvent.run.in_(chunk)):
+            label = event.kind
+            if event.kind == "status":
+                label = json.loads(event.payload).get("to") or label
+            moments[event.run_id].append((event.at, event.sequence, label))
+        waits = DependencyWait.select().where(DependencyWait.run.in_(chunk), DependencyWait.resolved_at.is_null(False))
+        for wait in waits:
+            moments[wait.run_id].append((wait.resolved_at, math.inf, "resolved"))
+    steps: dict[str, list[float]] = defaultdict(list)
+    for found in moments.values():
+        found.sort()
+        for (at, _, label), (then, _, next_label) in pairwise(found):
+            steps[f"{label} -> {next_label}"].append((then - at).total_seconds() * 1000)
+    for step, spans in sorted(steps.items(), key=lambda item: -sum(item[1])):
+        p50, p99 = (percentile(spans, 0.5), percentile(spans, 0.99)) if len(spans) > 1 else (spans[0], spans[0])
+        print(f"  {step:<42}{len(spans):>6}  mean {statistics.fmean(spans):7.1f}  p50 {p50:7.1f}  p99 {p99:7.1f}")
+
+
 def finished_among(ids: list[str]) -> list[tuple]:
     """(id, status, finished_at) of the runs among `ids` that have finished. The watcher asks every 10 ms, on
     the two cores it measures: one statement as SQL text, where peewee building the query cost about 0.5 ms
@@ -248,7 +279,7 @@ def backends_ms(before: dict[int, float], runs: int) -> float:
 
 
 def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, worker_args: list[str],
-            agents: Agents) -> list[Row]:
+            agents: Agents, stages: bool = False) -> list[Row]:
     key = generate_key()
     rows = []
     with tempfile.TemporaryDirectory(prefix="nrllm-bench-cycle-") as directory:
@@ -281,6 +312,8 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
                     rows.append(Row(dialect, phase, bound_rate, rate, latencies, sum(used[p] for p in api_pids),
                                     [used[p] for p in worker_pids], db_ms))
                     print_row(rows[-1], quick)
+                    if stages:
+                        print_stages(ids)
         except CheckFailed as exc:
             tails = "".join(f"\n--- {p.name}:\n{p.read_text()[-1500:]}" for p in logs.glob("*.log"))
             raise CheckFailed(f"{exc}{tails}") from None
@@ -328,6 +361,7 @@ def main() -> int:
     parser.add_argument("--agents", help="comma-separated rows to run (fast, fast push, sdk, sdk push; default: all)")
     parser.add_argument("--in-flight", type=int, help="one row per agent, with this many runs in flight")
     parser.add_argument("--runs", type=int, help="runs in each row (default: the row's)")
+    parser.add_argument("--stages", action="store_true", help="after each row, where a run's time went (its steps)")
     args = parser.parse_args()
     phases = QUICK if args.quick else FULL
     if args.agents:
@@ -351,7 +385,7 @@ def main() -> int:
         for dialect in args.databases:
             with measuring(dialect, args.quick, problems), scratch_database(dialect) as url:
                 processes = [] if args.processes or dialect != "postgresql" else ["--processes", str(PG_WORKERS)]
-                rows += measure(dialect, url, phases, args.quick, worker_args + processes, agents)
+                rows += measure(dialect, url, phases, args.quick, worker_args + processes, agents, args.stages)
     finally:
         agents.stop()
     for row in rows:

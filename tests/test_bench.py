@@ -69,3 +69,18 @@ def test_every_benchmark_runs_quick_and_prints_its_figures():
     assert all(int(requests) > 0 and int(errors) == 0 for _, _, requests, errors in serving), output
     lock = re.findall(r"^(sqlite-handler|store) +(\d+) ", _section(result.stdout, "bench_sqlite_lock.py"), re.MULTILINE)
     assert lock == [("sqlite-handler", "450"), ("store", "450")], output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_cycle_benchmark_shows_where_a_runs_time_went():
+    result = subprocess.run(
+        [sys.executable, "bench/bench_cycle.py", "--quick", "--databases", "sqlite", "--agents", "fast", "--stages"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    # Every step of the cycle, each over the row's 20 runs, the wait's resolution among them.
+    steps = dict(re.findall(r"^  (\S+ -> \S+) +(\d+)  mean", result.stdout, re.MULTILINE))
+    for step in ("queued -> running", "waiting_for_dependency -> resolved", "resolved -> resume", "llm -> completed"):
+        assert steps.get(step) == "20", output
