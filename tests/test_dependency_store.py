@@ -228,6 +228,9 @@ STILL_WORKING = {  # a 1.0 StreamResponse's status update and task, and what a 0
     "1.0 task": lambda task: {"task": {"id": task, "status": {"state": "TASK_STATE_WORKING"}}},
     "0.3 task": lambda task: {"kind": "task", "id": task, "status": {"state": "working"}},
     "0.3 status update": lambda task: {"kind": "status-update", "taskId": task, "status": {"state": "submitted"}},
+    # A task sends its artifacts while it works; that it has finished comes with a status update.
+    "1.0 artifact update": lambda task: {"artifactUpdate": {"taskId": task, "artifact": {"artifactId": "a"}}},
+    "0.3 artifact update": lambda task: {"kind": "artifact-update", "taskId": task, "artifact": {"artifactId": "a"}},
 }
 
 
@@ -248,7 +251,7 @@ def test_a_push_saying_the_task_still_works_is_counted_and_brings_nothing_forwar
     assert push_counts.flush() == 1
     assert outbound.get(row.id).pushes_seen == 2
     # Any state that may be news does bring it forward: the poll decides what it means.
-    for news in ({"artifactUpdate": {"taskId": row.remote_task_id}}, status_push(row.remote_task_id, "bogus"),
+    for news in ({"message": {"taskId": row.remote_task_id}}, status_push(row.remote_task_id, "bogus"),
                  status_push(row.remote_task_id, "TASK_STATE_INPUT_REQUIRED"),
                  {"kind": "task", "id": row.remote_task_id, "status": {"state": "completed"}}):
         DependencyWait.update(next_poll_at=wait.next_poll_at).where(DependencyWait.id == wait.id).execute()

@@ -525,6 +525,13 @@ def notification_task_id(notification) -> str | None:
     return None
 
 
+def is_artifact_update(notification) -> bool:
+    """Whether a push notification is an artifact update: a 1.0 StreamResponse's `artifactUpdate`, or a 0.3
+    `artifact-update` event."""
+    return isinstance(notification, dict) and (
+        isinstance(notification.get("artifactUpdate"), dict) or notification.get("kind") == "artifact-update")
+
+
 def notification_state(notification) -> str | None:
     """The task state a push notification reports (normalised), or None when it reports none: an artifact
     update or a message, or a body whose state cannot be read."""

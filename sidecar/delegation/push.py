@@ -23,7 +23,7 @@ from ..domain.errors import NotThisDelegation, Unauthenticated
 from ..domain.vocabulary import OutboundOutcome
 from ..store import outbound, push_counts, waits
 from ..store.models import DependencyWait, Outbound
-from .a2a import notification_state, notification_task_id
+from .a2a import is_artifact_update, notification_state, notification_task_id
 from .types import ALL_STATES, INTERRUPTED_STATES, TERMINAL_STATES
 
 log = logging.getLogger("nrllm_sidecar.push")
@@ -74,17 +74,18 @@ _ANSWERING = TERMINAL_STATES | INTERRUPTED_STATES
 _STILL_WORKING = ALL_STATES - _ANSWERING - {"unknown"}
 
 
-def worth_a_look(state: str | None) -> bool:
-    """Whether a push reporting `state` brings the poll forward: unless it says the task is still submitted
-    or working. A push that reports no state (an artifact update, a message) or one we cannot read may
-    mean anything, so it is looked at."""
-    return state not in _STILL_WORKING
+def worth_a_look(notification) -> bool:
+    """Whether a push brings the poll forward: unless it says the task is still submitted or working, or it
+    is an artifact update (a task sends its artifacts while it works, and says it has finished with a status
+    update of its own). A push that reports no state otherwise (a message) or one we cannot read may mean
+    anything, so it is looked at."""
+    return not is_artifact_update(notification) and notification_state(notification) not in _STILL_WORKING
 
 
 def receive(delegation: Delegation, notification) -> bool:
     """Act on an authenticated push; True when a wait's next poll was brought forward (or, before the
-    suspension, the push was noted for it). A push saying the task is still submitted or working is only
-    counted, unless the send's outcome is unknown (then any push says the task exists). Raises
+    suspension, the push was noted for it). A push saying the task is still submitted or working, or an
+    artifact update, is only counted, unless the send's outcome is unknown (then any push says the task exists). Raises
     NotThisDelegation when the notification names no task, or a task that is not the delegation's."""
     row, wait = delegation.row, delegation.wait
     task_id = notification_task_id(notification)
@@ -94,10 +95,10 @@ def receive(delegation: Delegation, notification) -> bool:
     # Before the send's answer is recorded there is no task id to compare with yet.
     if row.remote_task_id is not None and not unknown and task_id != row.remote_task_id:
         raise NotThisDelegation(f"task {task_id} does not belong to this delegation")
-    if not unknown and not worth_a_look(notification_state(notification)):
-        # The task is still submitted or working: a poll now would find just that. Its answer comes with
-        # a later push (or the wait's own polls), so this one moves nothing (docs/delegation.md, "Pushes")
-        # and is only counted, written with others a moment later.
+    if not unknown and not worth_a_look(notification):
+        # The task is still submitted or working (or sends an artifact): a poll now would find just that.
+        # Its answer comes with a later push (or the wait's own polls), so this one moves nothing
+        # (docs/delegation.md, "Pushes") and is only counted, written with others a moment later.
         push_counts.count(row.id)
         log.debug("run %s: push for task %s, still working: nothing to look at", row.run_id, task_id)
         return False
