@@ -67,18 +67,19 @@ def _schedule_as_batch() -> None:
     started under another policy than the default one (an operator's `chrt` or systemd's
     CPUSchedulingPolicy= stays as it is).
 
-    A worker process is many threads sharing one interpreter lock. A thread waking another (a lock handed
-    on, a segment submitted, a condition notified) was often preempted by the thread it woke, which then
-    found the interpreter lock still held by its waker and slept again: two context switches for nothing,
-    with the lock held through them. SCHED_BATCH does not preempt on wake-up, and otherwise shares the
-    cores as the default policy does, at the same nice value (docs/configuration.md, "Worker processes")."""
+    A worker or HTTP process is many threads sharing one interpreter lock. A thread waking another (a lock
+    handed on, a segment or a request submitted to a pool, a condition notified) was often preempted by the
+    thread it woke, which then found the interpreter lock still held by its waker and slept again: two
+    context switches for nothing, with the lock held through them. SCHED_BATCH does not preempt on
+    wake-up, and otherwise shares the cores as the default policy does, at the same nice value
+    (docs/configuration.md, "Scheduling policy")."""
     if not hasattr(os, "SCHED_BATCH"):
         return
     try:
         if os.sched_getscheduler(0) == os.SCHED_OTHER:
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     except OSError as exc:  # a sandbox that forbids it: the default policy, as before
-        logging.getLogger("nrllm_sidecar.worker").debug("SCHED_BATCH not set: %s", exc)
+        logging.getLogger("nrllm_sidecar.processes").debug("SCHED_BATCH not set: %s", exc)
 
 
 def _make_worker(settings: Settings, concurrency: int, poll_interval: float, executor: str):
@@ -226,6 +227,7 @@ def serve(host, port, no_worker, demo, workers, threads, concurrency, poll_inter
     the HTTP workers and the worker without dropping requests."""
     from ..serving.server import Companion, ServeOptions, SidecarServer
 
+    _schedule_as_batch()  # first: gunicorn's processes and the worker beside them inherit the policy
     if demo:
         from .. import demo as demo_setup
 
