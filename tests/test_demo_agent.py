@@ -88,7 +88,7 @@ def _http11_receiver(*, close_silently: bool):
     """An HTTP/1.1 receiver noting each POST's client port. With `close_silently` it closes the connection
     after every answer without saying so, as a server whose keep-alive timeout passed does."""
     ports: list[int] = []
-    both = threading.Semaphore(0)
+    arrived = threading.Semaphore(0)  # released once a push
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -102,11 +102,11 @@ def _http11_receiver(*, close_silently: bool):
             self.send_response(204)
             self.end_headers()
             self.close_connection = close_silently
-            both.release()
+            arrived.release()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, ports, both
+    return server, ports, arrived
 
 
 @pytest.mark.parametrize("close_silently", [False, True])

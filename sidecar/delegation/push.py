@@ -85,8 +85,9 @@ def worth_a_look(notification) -> bool:
 def receive(delegation: Delegation, notification) -> bool:
     """Act on an authenticated push; True when a wait's next poll was brought forward (or, before the
     suspension, the push was noted for it). A push saying the task is still submitted or working, or an
-    artifact update, is only counted, unless the send's outcome is unknown (then any push says the task exists). Raises
-    NotThisDelegation when the notification names no task, or a task that is not the delegation's."""
+    artifact update, is only counted, unless the send's outcome is unknown (then any push says the task
+    exists). Raises NotThisDelegation when the notification names no task, or a task that is not the
+    delegation's."""
     row, wait = delegation.row, delegation.wait
     task_id = notification_task_id(notification)
     if task_id is None:
