@@ -92,7 +92,7 @@ def test_an_idle_stream_sends_keep_alives_and_wakes_when_its_run_moves(database_
         assert next(messages).startswith("retry: ")
         assert "event: run_event" in next(messages)
         assert next(messages) == ": keep-alive\n\n", "nothing moved: a keep-alive after the quiet time"
-        # Written by another connection of this process: the process's feed (LISTEN, or the poll) wakes it.
+        # Written by another connection of this process: the process's feed, its poll, wakes it.
         runs.request_cancel(run_id, by="test")
         rest = list(messages)
         assert "event: run\n" in rest[-1] and '"status": "cancelled"' in rest[-1]

@@ -1,15 +1,13 @@
 """One feed of "this run has new events" per process, fanned out to every open event stream.
 
 A stream does not poll the table: it registers a Watch for its run and blocks on it, so an idle stream
-costs nothing until its run moves or its keep-alive is due. What wakes the watches, once per process:
-
-- PostgreSQL: a LISTEN connection (store/notify.py). Every event written notifies the run's id at commit.
-  While that connection is down (and right after it is back) the feed falls back to polling and wakes
-  every watch once: notifications sent meanwhile are lost.
-- SQLite and MariaDB: one poll loop reads the last event sequence of every watched run (one indexed read
-  per 500 runs, every POLL_SECONDS) and wakes the watches of the runs whose sequence changed. On SQLite it
-  first asks the file whether anything was committed since its last look (PRAGMA data_version), and reads
-  nothing more while nothing was.
+costs nothing until its run moves or its keep-alive is due. What wakes the watches is one poll loop per
+process, on every database: it reads the last event sequence of every watched run (one indexed read per
+500 runs, every POLL_SECONDS) and wakes the watches of the runs whose sequence changed. On SQLite it first
+asks the file whether anything was committed since its last look (PRAGMA data_version), and reads nothing
+more while nothing was. (PostgreSQL's LISTEN/NOTIFY would wake them sooner, but a NOTIFY for every event
+written made the writers' commits wait for one another: docs/performance.md, "Event streams poll on
+PostgreSQL too".)
 
 A wake only says "read again": the stream reads its run's events after the last one it sent, so a
 spurious wake costs one read and a missed one cannot happen while the poll or the listener runs.
@@ -20,7 +18,7 @@ import logging
 import threading
 
 from ..application import current, thread
-from ..store import db, events, notify
+from ..store import db, events
 
 log = logging.getLogger("nrllm_sidecar.streams")
 
@@ -57,7 +55,6 @@ class EventHub:
         self._seen: dict[str, int] = {}  # polling: the last event sequence of each run at the last look
         self._marker: int | None = None  # polling on SQLite: the file's data_version at the last look
         self._thread: threading.Thread | None = None
-        self._listener: notify.Listener | None = None
         self._closed = False
         self._tick = threading.Event()
 
@@ -89,8 +86,6 @@ class EventHub:
         for watch in watches:
             watch.close()
         self._tick.set()
-        if self._listener is not None:
-            self._listener.stop()
 
     def watched(self) -> int:
         with self._lock:
@@ -99,23 +94,12 @@ class EventHub:
     # -- the feed ------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        if notify.can_listen():
-            self._listener = notify.Listener(self._on_notify, channel=notify.RUN_EVENTS_CHANNEL,
-                                             name="event-streams-listen")
-            self._listener.start()
         self._thread = thread(self._run, name="event-streams-feed")
         self._thread.start()
 
-    def _on_notify(self, run_ids) -> None:
-        """From the listener: these runs have new events (None: any run may have)."""
-        self._wake(None if run_ids is None else set(run_ids))
-
-    def _wake(self, run_ids: set[str] | None) -> None:
+    def _wake(self, run_ids: set[str]) -> None:
         with self._lock:
-            if run_ids is None:
-                targets = [w for watchers in self._watches.values() for w in watchers]
-            else:
-                targets = [w for run_id in run_ids for w in self._watches.get(run_id, ())]
+            targets = [w for run_id in run_ids for w in self._watches.get(run_id, ())]
         for watch in targets:
             watch.wake()
 
@@ -123,10 +107,6 @@ class EventHub:
         while not self._closed:
             if self._stopped_for_want_of_watches():
                 return
-            if self._listener is not None and self._listener.listening:
-                self._seen.clear()  # polling again later starts afresh
-                self._tick.wait(1.0)
-                continue
             try:
                 self._poll()
             except Exception as exc:  # the database is away: the streams wait, the next poll tries again
@@ -137,16 +117,14 @@ class EventHub:
             self._tick.wait(self.poll_seconds)
 
     def _stopped_for_want_of_watches(self) -> bool:
-        """The last stream has ended: the feed stops (its LISTEN connection too), and the next watch starts it
-        again. An application no longer serving leaves no thread behind reading its database."""
+        """The last stream has ended: the feed stops, and the next watch starts it again. An application no
+        longer serving leaves no thread behind reading its database."""
         with self._lock:
             if self._watches:
                 return False
-            self._thread, listener, self._listener = None, self._listener, None
+            self._thread = None
             self._seen.clear()
             self._marker = None
-        if listener is not None:
-            listener.stop()
         return True
 
     def _poll(self) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from ..application import current
 from ..domain.clock import utcnow
-from . import notify, statements
+from . import statements
 from .db import database, dialect, updated_value
 from .models import Run, RunEvent
 
@@ -53,8 +53,7 @@ def append(run_id: str, guard, kind: str, payload: dict, *, also: dict | None = 
 def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     """Insert the event numbered `sequence`, a number the caller took by bumping the run's counter in this
     transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
-    statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True),
-                            notify_channel=notify.run_events_channel())
+    statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True))
     if (listener := current().event_listeners.get(kind)) is not None:
         database.after_commit(lambda: _tell(listener, run_id, kind, payload))
 

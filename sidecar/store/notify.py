@@ -6,8 +6,10 @@ back. Every coordinator holds a `Listener`: a dedicated autocommit connection (a
 handed to other threads, and LISTEN belongs to a session), watched with select(). SQLite and MariaDB have
 nothing of the kind: there the coordinator polls the due index at most every 250 ms instead.
 
-The same pieces tell the API's event streams that a run has new events: every event written on
-PostgreSQL notifies RUN_EVENTS_CHANNEL with the run's id (sidecar/api/event_hub.py listens).
+The API's event streams do not use it: they poll (sidecar/api/event_hub.py). A notification makes every
+transaction that sends one commit in turn with all others that do, on the whole server, and one for
+every event written cost about a tenth of the delegation cycle's throughput (docs/performance.md, "Event
+streams poll on PostgreSQL too").
 """
 
 import contextlib
@@ -21,7 +23,6 @@ from .db import Reconnect, database, dialect
 log = logging.getLogger("nrllm_sidecar.notify")
 
 CHANNEL = "nrllm_dependency_due"
-RUN_EVENTS_CHANNEL = "nrllm_run_events"
 RECONNECT_SECONDS = 1.0
 MIN_RECONNECT_SECONDS = 0.1
 
@@ -30,12 +31,6 @@ def notify() -> None:
     """Inside a write transaction: wake every listening coordinator once it commits (PostgreSQL only)."""
     if dialect() == "postgresql":
         database.defer(f"NOTIFY {CHANNEL}")  # sent with the transaction's next statement or its COMMIT
-
-
-def run_events_channel() -> str | None:
-    """Where the insert of a run's event also notifies the listening streams, in the same round trip
-    (PostgreSQL; None elsewhere). PostgreSQL folds identical notifications of one transaction into one."""
-    return RUN_EVENTS_CHANNEL if dialect() == "postgresql" else None
 
 
 def can_listen() -> bool:

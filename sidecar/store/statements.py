@@ -385,14 +385,9 @@ def _returning_text(syntax: Syntax, sql: str, returning: tuple) -> str:
     return f"{sql} RETURNING {_names(syntax, returning)}"
 
 
-_NOTIFY_TEXT = "SELECT pg_notify(%s, %s)"
-
-
-def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *, notify_channel: str | None = None
-                 ) -> None:
-    """INSERT the event; with `notify_channel` (PostgreSQL) the same round trip also queues the notification
-    of the run's id on that channel (sent at commit). On PostgreSQL inside a transaction the insert is
-    deferred to the transaction's next statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase)."""
+def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str) -> None:
+    """INSERT the event. On PostgreSQL inside a transaction the insert is deferred to the transaction's next
+    statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase)."""
     syntax = _syntax()
     values = (run_id, sequence, kind, _EVENT_AT.db_value(at), payload_json)
     sql = _insert_text(syntax, "run_events", _EVENT_COLUMNS)
@@ -401,5 +396,3 @@ def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str, *
         return
     # Nothing reads the insert's result: it goes to the server with the transaction's next statement.
     database.defer_kept(sql, values)
-    if notify_channel is not None:
-        database.defer_kept(_NOTIFY_TEXT, (notify_channel, run_id))
