@@ -10,7 +10,7 @@ written made the writers' commits wait for one another: docs/performance.md, "Ev
 PostgreSQL too".)
 
 A wake only says "read again": the stream reads its run's events after the last one it sent, so a
-spurious wake costs one read and a missed one cannot happen while the poll or the listener runs.
+spurious wake costs one read and a missed one cannot happen while the poll runs.
 The feed starts with the first watch (importing this module starts nothing) and stops after the last.
 """
 
