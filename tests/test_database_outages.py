@@ -184,7 +184,7 @@ def test_the_coordinators_listen_connection_listens_again_after_a_postgresql_res
     private_postgres.create_database(name)
     bound = store_db.bind(private_postgres.url(name))
     woken = threading.Event()
-    listener = notify.Listener(lambda _payloads: woken.set())
+    listener = notify.Listener(woken.set)
     listener.start()
     try:
         wait_until(lambda: listener.listening, what="the listener to listen")

@@ -87,7 +87,7 @@ class Coordinator:
         self._application = current()
         wakeup.subscribe_coordinator(self._wake)
         if notify.can_listen():
-            self._listener = notify.Listener(lambda _payloads: self._wake.set())
+            self._listener = notify.Listener(self._wake.set)
             self._listener.start()
         self._thread = thread(self._loop, name="coordinator")
         self._thread.start()

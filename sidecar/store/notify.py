@@ -38,16 +38,13 @@ def can_listen() -> bool:
 
 
 class Listener:
-    """Calls `on_notify(payloads)` (from its own thread) for every batch of notifications on `channel`.
-
-    After a (re)connection it calls `on_notify(None)`: notifications sent while it was not listening are
-    lost, so the listener's owner must look at everything anyway.
+    """Calls `on_notify()` (from its own thread) for every batch of notifications on CHANNEL, and after every
+    (re)connection: notifications sent while it was not listening are lost, so its owner must look at
+    everything anyway.
     """
 
-    def __init__(self, on_notify, *, channel: str = CHANNEL, name: str = "coordinator-listen"):
+    def __init__(self, on_notify):
         self.on_notify = on_notify
-        self.channel = channel
-        self.name = name
         self._stopping = threading.Event()
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
@@ -57,7 +54,7 @@ class Listener:
         return self._listening.is_set()
 
     def start(self) -> None:
-        self._thread = thread(self._run, name=self.name)
+        self._thread = thread(self._run, name="coordinator-listen")
         self._thread.start()
 
     def stop(self) -> None:
@@ -72,7 +69,7 @@ class Listener:
         conn = psycopg2.connect(dbname=db.database, **db.connect_params)
         conn.autocommit = True  # a LISTEN inside an open transaction would hear nothing until it ends
         with conn.cursor() as cur:
-            cur.execute(f"LISTEN {self.channel}")
+            cur.execute(f"LISTEN {CHANNEL}")
         return conn
 
     def _run(self) -> None:
@@ -84,19 +81,18 @@ class Listener:
                 conn = self._connect()
                 reconnect.after_success()
                 self._listening.set()
-                self.on_notify(None)
+                self.on_notify()
                 while not self._stopping.is_set():
                     # A timeout, so stop() is noticed; a notification ends the select at once.
                     if select.select([conn], [], [], 0.5)[0]:
                         conn.poll()
                         if conn.notifies:
-                            payloads = tuple(n.payload for n in conn.notifies)
                             conn.notifies.clear()
-                            self.on_notify(payloads)
+                            self.on_notify()
             except Exception as exc:  # any lost connection: listen again, and meanwhile poll
                 if (pause := reconnect.after_failure(exc)) is None:  # None: not an outage (logged once)
                     pause = RECONNECT_SECONDS
-                    log.warning("%s: listening on %s failed (%s); reconnecting", self.name, self.channel, exc)
+                    log.warning("coordinator-listen: listening on %s failed (%s); reconnecting", CHANNEL, exc)
             finally:
                 self._listening.clear()
                 if conn is not None:
