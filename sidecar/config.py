@@ -81,6 +81,8 @@ class Settings:
     streams_per_token: int = 100
     streams_per_process: int = 2000
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    # Each HTTP worker and worker process of a group held to one core (sidecar/affinity.py).
+    cpu_pinning: bool = True
 
     @property
     def provider_timeout(self) -> float:
@@ -113,4 +115,5 @@ class Settings:
             streams_per_process=_int_env(env, "NRLLM_STREAMS_PER_PROCESS", 2000),
             cors_origins=tuple(o.strip().rstrip("/") for o in env.get("NRLLM_CORS_ORIGINS", "").split(",")
                                if o.strip()),
+            cpu_pinning=_switch_env(env, "NRLLM_CPU_PINNING", True),
         )

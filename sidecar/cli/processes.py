@@ -12,6 +12,7 @@ import time
 import click
 from prometheus_client import start_http_server
 
+from .. import affinity
 from ..bootstrap import from_env as _bind
 from ..config import Settings
 from ..domain.lease import LeasePolicy
@@ -135,11 +136,13 @@ worker_options = [
 ]
 
 
-def _worker_argv(concurrency: int, poll_interval: float, executor: str, grace: float, processes: int = 1) -> list:
+def _worker_argv(concurrency: int, poll_interval: float, executor: str, grace: float, processes: int = 1,
+                 cpu: int | None = None) -> list:
     """The command line of a worker process started by this one (serve's companion, worker's others)."""
     return [sys.executable, "-m", "sidecar.cli", *(["-v"] if logging.getLogger().isEnabledFor(logging.DEBUG) else []),
             "worker", "--concurrency", str(concurrency), "--poll-interval", str(poll_interval),
-            "--executor", executor, "--grace", str(grace), "--processes", str(processes)]
+            "--executor", executor, "--grace", str(grace), "--processes", str(processes),
+            *(["--cpu", str(cpu)] if cpu is not None else [])]
 
 
 def _with_worker_options(fn):
@@ -154,8 +157,10 @@ def _with_worker_options(fn):
               help="Serve this process's Prometheus counters on http://HOST:PORT/metrics (no token).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="The address --metrics-port listens on.")
+@click.option("--cpu", type=click.IntRange(min=0), hidden=True,
+              help="The core this process is held to, chosen by the worker process that starts it.")
 def worker(concurrency: int, poll_interval: float, executor: str, grace: float, processes: int,
-           metrics_port: int | None, metrics_host: str) -> None:
+           metrics_port: int | None, metrics_host: str, cpu: int | None) -> None:
     """Claim queued runs and execute them until SIGTERM; then finish or hand back what is held.
 
     With --processes N this process is one of the N and starts the others (started again if one dies); a
@@ -168,8 +173,14 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
     if metrics_port is not None:
         # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
         start_http_server(metrics_port, addr=metrics_host)
-    others = [Companion(_worker_argv(concurrency, poll_interval, executor, grace), grace)
-              for _ in range(processes - 1)]
+    # One core for each process of the group (sidecar/affinity.py); this one is the first.
+    cores = affinity.usable_cores() if settings.cpu_pinning and cpu is None and processes > 1 else []
+    others = [Companion(_worker_argv(concurrency, poll_interval, executor, grace, cpu=affinity.core_of(index, cores)),
+                        grace)
+              for index in range(1, processes)]
+    mine = cpu if cpu is not None else affinity.core_of(0, cores)
+    if mine is not None:
+        affinity.pin(mine)
     for other in others:
         other.start()
     w = _make_worker(settings, concurrency, poll_interval, executor)
