@@ -3,15 +3,21 @@
 
 Each of these processes is many threads sharing one interpreter lock, so it uses about one core at most.
 Left to the kernel, its threads were woken on whichever core was free as they handed work to each other,
-and a thread that resumed on the other core than the one it was woken from ran its Python from cold
-caches: a request served by two threads in turn cost 0.36 ms of CPU on two cores and 0.18 ms on one
-(docs/performance.md, "One core per process"). So the processes of a group are each held to one of the
-cores the sidecar may use (its CPU affinity as started), in turn: the first HTTP worker and the first
-worker process on the first core, the second ones on the second, and so on.
+and a thread that ran on another core than the one before ran its Python from cold caches: a request
+served by two threads in turn cost 0.36 ms of CPU on two cores and 0.18 ms on one (docs/performance.md,
+"One core per process"). So the processes of a group are each held to one of the cores the sidecar may
+use (its CPU affinity as started), in turn: the first HTTP worker and the first worker process on the
+first core, the second ones on the second, and so on.
 
-A lone process (one HTTP worker, `worker` without --processes on PostgreSQL) is left where the kernel puts
-it: an operator who scales by starting more of them would otherwise find them all on the first core.
-NRLLM_CPU_PINNING=off leaves every process where the kernel puts it.
+NRLLM_CPU_PINNING says when (Settings.cpu_pinning):
+- `auto` (the default): when the group has a process for every core, as with the defaults on a machine of
+  two cores. A smaller group on a larger machine is left to the kernel, which moves its processes to
+  whichever cores are idle; held, every sidecar (and every container) on a large host would start on its
+  first cores.
+- `on`: every group of two or more.
+- `off`: never.
+A lone process is never held: an operator who scales by starting more of them would find them all on the
+first core.
 """
 
 import logging
@@ -27,10 +33,17 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def cores_for_group(size: int, pinning: str, cores: list[int]) -> list[int]:
+    """Of the usable `cores`, those a group of `size` processes is held to, in turn, under the
+    NRLLM_CPU_PINNING setting `pinning` (see above); [] when it is not held."""
+    if pinning == "off" or size < 2 or len(cores) < 2 or (pinning == "auto" and size < len(cores)):
+        return []
+    return cores
+
+
 def core_of(index: int, cores: list[int]) -> int | None:
-    """The core of the `index`th process of a group (from 0) among `cores`; None when there is nothing to
-    choose (one core or none)."""
-    return cores[index % len(cores)] if len(cores) > 1 else None
+    """The core of the `index`th process (from 0) of a group held to `cores`; None when it is not held."""
+    return cores[index % len(cores)] if cores else None
 
 
 def pin(core: int) -> None:

@@ -44,6 +44,14 @@ def _int_env(env, name: str, default: int) -> int:
     return value
 
 
+def _choice_env(env, name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (the first when unset); any other value stops the command."""
+    raw = env.get(name, "").strip().lower() or choices[0]
+    if raw not in choices:
+        raise SystemExit(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, not {raw!r}")
+    return raw
+
+
 def _switch_env(env, name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if not raw:
@@ -81,8 +89,9 @@ class Settings:
     streams_per_token: int = 100
     streams_per_process: int = 2000
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
-    # Each HTTP worker and worker process of a group held to one core (sidecar/affinity.py).
-    cpu_pinning: bool = True
+    # Whether each HTTP worker and worker process of a group is held to one core: auto, on, off
+    # (sidecar/affinity.py).
+    cpu_pinning: str = "auto"
 
     @property
     def provider_timeout(self) -> float:
@@ -115,5 +124,5 @@ class Settings:
             streams_per_process=_int_env(env, "NRLLM_STREAMS_PER_PROCESS", 2000),
             cors_origins=tuple(o.strip().rstrip("/") for o in env.get("NRLLM_CORS_ORIGINS", "").split(",")
                                if o.strip()),
-            cpu_pinning=_switch_env(env, "NRLLM_CPU_PINNING", True),
+            cpu_pinning=_choice_env(env, "NRLLM_CPU_PINNING", ("auto", "on", "off")),
         )

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.affinity import usable_cores
+from sidecar.affinity import core_of, cores_for_group, usable_cores
+from sidecar.config import Settings
 from sidecar.store.models import WorkerHeartbeat
 from tests.support.servers import process_tree, start_serve
 from tests.support.waiting import wait_until
@@ -150,3 +151,25 @@ def test_serve_holds_each_http_worker_to_a_core_of_its_own(database_url, tmp_pat
         assert _thread_cores(lone) == {frozenset(CORES)}
     finally:
         stop_process(served.proc)
+
+
+@pytest.mark.parametrize(("size", "pinning", "cores", "held"), [
+    (2, "auto", [0, 1], [0, 1]),  # the defaults on two cores: a process for every core
+    (3, "auto", [2, 3], [2, 3]),  # more processes than cores (an affinity narrowed by the operator)
+    (2, "auto", [0, 1, 2, 3], []),  # a smaller group on a larger machine: left to the kernel
+    (2, "on", [0, 1, 2, 3], [0, 1, 2, 3]),
+    (4, "off", [0, 1], []),
+    (1, "on", [0, 1], []),  # a lone process is never held
+    (2, "on", [5], []),  # one core: nothing to choose
+])
+def test_which_groups_are_held_and_to_which_cores(size, pinning, cores, held):
+    assert cores_for_group(size, pinning, cores) == held
+    assert [core_of(index, held) for index in range(size)] == (
+        [held[index % len(held)] for index in range(size)] if held else [None] * size)
+
+
+def test_the_setting_is_auto_on_or_off():
+    assert Settings.from_env({}).cpu_pinning == "auto"
+    assert Settings.from_env({"NRLLM_CPU_PINNING": " Off "}).cpu_pinning == "off"
+    with pytest.raises(SystemExit, match="NRLLM_CPU_PINNING must be auto, on or off, not 'yes'"):
+        Settings.from_env({"NRLLM_CPU_PINNING": "yes"})

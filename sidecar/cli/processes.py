@@ -174,7 +174,7 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
         # The API's /metrics shows the counters of its own process only: a worker elsewhere serves its own.
         start_http_server(metrics_port, addr=metrics_host)
     # One core for each process of the group (sidecar/affinity.py); this one is the first.
-    cores = affinity.usable_cores() if settings.cpu_pinning and cpu is None and processes > 1 else []
+    cores = affinity.cores_for_group(processes, settings.cpu_pinning, affinity.usable_cores()) if cpu is None else []
     others = [Companion(_worker_argv(concurrency, poll_interval, executor, grace, cpu=affinity.core_of(index, cores)),
                         grace)
               for index in range(1, processes)]

@@ -120,12 +120,12 @@ class SidecarWorker(ThreadWorker):
         self.header_timeout = settings.header_timeout
         self.body_timeout = settings.body_timeout
         streaming.SLOTS.thread_bound = max(1, self.cfg.threads - threads_kept_free(self.cfg.threads))
-        if settings.cpu_pinning and self.cfg.workers > 1:
-            # One core for each HTTP worker, in the order they were started (sidecar/affinity.py). Forked from
-            # the arbiter, which is not pinned: the cores it may use are the sidecar's.
-            core = affinity.core_of(self.age - 1, affinity.usable_cores())
-            if core is not None:
-                affinity.pin(core)
+        # One core for each HTTP worker, in the order they were started (sidecar/affinity.py). Forked from the
+        # arbiter, which is not held: the cores it may use are the sidecar's.
+        core = affinity.core_of(self.age - 1, affinity.cores_for_group(
+            self.cfg.workers, settings.cpu_pinning, affinity.usable_cores()))
+        if core is not None:
+            affinity.pin(core)
         failpoints.stall("http_worker.boot")  # before gunicorn installs this worker's signal handlers
         super().init_process()
 
