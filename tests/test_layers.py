@@ -75,7 +75,7 @@ def test_the_project_is_imported_by_its_installed_names_only():
 # along LAYERS (lowest first; a part imports only parts of lower layers, never one of its own layer), which also
 # means no cycle. docs/architecture.md ("Layers") explains the order.
 LAYERS = (
-    {"sidecar", "domain", "failpoints"},
+    {"sidecar", "domain", "failpoints", "affinity"},
     {"config", "logs", "hookspecs", "plugin_api"},
     {"application"},
     {"keys", "wakeup"},
