@@ -4,6 +4,7 @@ unless they were started under another policy than the default (sidecar/cli/proc
 held to a core of its own (sidecar/affinity.py, docs/configuration.md, "One core per process")."""
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,21 +42,24 @@ def _all_running(pids: list[int]) -> list[int]:
     return found
 
 
-def _worker_started(database_url: str, processes: int, **options):
+@contextmanager
+def _worker_group(database_url: str, processes: int, **options):
+    """The process ids of `worker --processes N` once all of them run (the one started first first); stopped
+    after."""
     proc = start_worker_process(database_url, "--processes", str(processes), **options)
-    wait_until(lambda: WorkerHeartbeat.select().count() == processes, timeout=60, what="every worker process")
-    return proc
+    try:
+        wait_until(lambda: WorkerHeartbeat.select().count() == processes, timeout=60, what="every worker process")
+        pids = process_tree(proc.pid)
+        assert len(pids) == processes
+        yield pids
+    finally:
+        stop_process(proc)
 
 
 @ON_LINUX
 def test_every_thread_of_every_worker_process_runs_under_sched_batch(database_url):
-    proc = _worker_started(database_url, 2)
-    try:
-        pids = process_tree(proc.pid)
-        assert len(pids) == 2
+    with _worker_group(database_url, 2) as pids:
         assert set(_all_running(pids)) == {os.SCHED_BATCH}
-    finally:
-        stop_process(proc)
 
 
 def _idle() -> None:
@@ -64,11 +68,8 @@ def _idle() -> None:
 
 @ON_LINUX
 def test_a_worker_started_under_another_policy_keeps_it(database_url):
-    proc = _worker_started(database_url, 1, preexec_fn=_idle)
-    try:
-        assert set(_thread_policies(proc.pid)) == {os.SCHED_IDLE}
-    finally:
-        stop_process(proc)
+    with _worker_group(database_url, 1, preexec_fn=_idle) as (pid,):
+        assert set(_thread_policies(pid)) == {os.SCHED_IDLE}
 
 
 @ON_LINUX
@@ -108,16 +109,11 @@ def _pinned_core(pid: int) -> int:
 @ON_TWO_CORES
 @ON_SQLITE
 def test_each_worker_process_of_a_group_is_held_to_a_core_of_its_own(database_url):
-    proc = _worker_started(database_url, 3)
-    try:
-        pids = process_tree(proc.pid)
-        assert len(pids) == 3
+    with _worker_group(database_url, 3) as pids:
         assert all(len(os.listdir(f"/proc/{pid}/task")) > 2 for pid in pids)  # threads started since are held too
         # In turn over the usable cores, the process that starts the others first.
         assert _pinned_core(pids[0]) == CORES[0]
         assert sorted(_pinned_core(pid) for pid in pids[1:]) == sorted([CORES[1], CORES[2 % len(CORES)]])
-    finally:
-        stop_process(proc)
 
 
 @ON_TWO_CORES
@@ -126,13 +122,8 @@ def test_each_worker_process_of_a_group_is_held_to_a_core_of_its_own(database_ur
                          ids=["a lone process", "pinning off"])
 def test_a_lone_worker_process_and_a_group_with_pinning_off_stay_where_the_kernel_puts_them(database_url, processes,
                                                                                             env):
-    proc = _worker_started(database_url, processes, env=env)
-    try:
-        pids = process_tree(proc.pid)
-        assert len(pids) == processes
+    with _worker_group(database_url, processes, env=env) as pids:
         assert all(_thread_cores(pid) == {frozenset(CORES)} for pid in pids)
-    finally:
-        stop_process(proc)
 
 
 @ON_TWO_CORES
