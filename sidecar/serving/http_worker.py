@@ -11,7 +11,7 @@
   timeout kills it.
 - The streams one process accepts stay below its threads, so other requests always find a thread.
 - A stopping worker writes the pushes it counted and has not written yet (store/push_counts.py).
-- When the HTTP workers have a process for every core, each is held to one of them (sidecar/affinity.py).
+- Each HTTP worker is held to a core of its own when NRLLM_CPU_PINNING says so (sidecar/affinity.py).
 
 Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.http_worker.SidecarWorker`.
 """
