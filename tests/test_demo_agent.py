@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from sidecar.delegation.push import TOKEN_HEADER
-from sidecar.demo_agent import DemoAgent
+from sidecar.demo_agent import PUSHING_THREADS, DemoAgent
 
 WORK_SECONDS = 0.2
 
@@ -84,11 +84,14 @@ def test_a_push_url_off_the_machine_is_refused_and_makes_no_task(agent, push_url
     assert listed["result"]["tasks"] == []
 
 
-def _http11_receiver(*, close_silently: bool):
+def _http11_receiver(*, close_silently: bool = False, together: int = 1):
     """An HTTP/1.1 receiver noting each POST's client port. With `close_silently` it closes the connection
-    after every answer without saying so, as a server whose keep-alive timeout passed does."""
+    after every answer without saying so, as a server whose keep-alive timeout passed does. With `together`
+    it answers no POST before that many are in its hands at once (a push waiting for that longer than 10 s
+    is answered 500)."""
     ports: list[int] = []
     arrived = threading.Semaphore(0)  # released once a push
+    gathered = threading.Barrier(together, timeout=10)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -98,6 +101,12 @@ def _http11_receiver(*, close_silently: bool):
 
         def do_POST(self):  # noqa: N802 - http.server's name
             self.rfile.read(int(self.headers["Content-Length"]))
+            try:
+                gathered.wait()
+            except threading.BrokenBarrierError:
+                self.send_response(500)
+                self.end_headers()
+                return
             ports.append(self.client_address[1])
             self.send_response(204)
             self.end_headers()
@@ -110,16 +119,32 @@ def _http11_receiver(*, close_silently: bool):
 
 
 @pytest.mark.parametrize("close_silently", [False, True])
-def test_pushes_share_a_kept_alive_connection_and_survive_its_closing(agent, close_silently):
+def test_pushes_keep_their_connections_alive_and_survive_their_closing(agent, close_silently):
     server, ports, arrived = _http11_receiver(close_silently=close_silently)
+    pushes = 3 * PUSHING_THREADS
     try:
         url = f"http://127.0.0.1:{server.server_port}/api/v1/push"
-        for message_id in ("m-1", "m-2", "m-3"):
-            _send(agent, url, message_id)
-        for _ in range(3):
+        for number in range(pushes):
+            _send(agent, url, f"m-{number}")
+        for _ in range(pushes):
             assert arrived.acquire(timeout=10)
-        # Kept alive: one connection for all three. Closed after each: every push still arrives, on a new one.
-        assert len(set(ports)) == (3 if close_silently else 1)
+        # Kept alive: a connection for each pushing thread at most. Closed after each: every push still
+        # arrives, on a new one.
+        assert len(set(ports)) == pushes if close_silently else len(set(ports)) <= PUSHING_THREADS
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_pushes_are_posted_side_by_side_not_each_after_the_last_answer(agent):
+    server, ports, arrived = _http11_receiver(together=PUSHING_THREADS)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/api/v1/push"
+        for number in range(PUSHING_THREADS):
+            _send(agent, url, f"m-{number}")
+        for _ in range(PUSHING_THREADS):  # none is answered before all of them have arrived
+            assert arrived.acquire(timeout=15)
+        assert len(set(ports)) == PUSHING_THREADS
     finally:
         server.shutdown()
         server.server_close()
