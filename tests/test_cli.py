@@ -133,8 +133,8 @@ def test_worker_defaults_follow_the_database():
     from sidecar.cli.processes import sized
 
     cores = os.cpu_count() or 1
-    # SQLite: more segment threads per process, and a process per core (at most 4: one writer at a time).
-    assert sized("sqlite", None, None) == (16, min(cores, 4))
+    # SQLite: a process per core (at most 4: one writer at a time), each with the 8 threads every database gets.
+    assert sized("sqlite", None, None) == (8, min(cores, 4))
     # A server database: each thread holds a pooled connection, and more workers are started where it allows.
     assert sized("postgresql", None, None) == (8, 1) and sized("mysql", None, None) == (8, 1)
     assert sized("sqlite", 3, 2) == (3, 2) and sized("postgresql", 5, 3) == (5, 3)  # what was given is kept

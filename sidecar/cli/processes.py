@@ -101,11 +101,11 @@ def _make_worker(settings: Settings, concurrency: int, poll_interval: float, exe
 
 
 # The defaults of --concurrency and --processes, by the database (docs/configuration.md, "Worker processes").
-# On SQLite more segment threads cost less per run (a claim takes more runs at once; bench/bench_cycle.py), and
-# a process per core (SQLite has one writer, so at most 4) uses the machine. On a server database each thread
-# holds one of a process's pooled connections (store/db.py, POOL_SIZE), and workers are scaled by starting more,
-# where the server's connections allow.
-CONCURRENCY = {"sqlite": 16}
+# On SQLite a process per core (SQLite has one writer, so at most 4) uses the machine, each with 8 segment
+# threads: with 16 the cycle's p99 and a push's resumption were slower, since every thread with work takes its
+# turn at the process's interpreter lock and at the one writer (docs/performance.md, "Eight segment threads on
+# SQLite"). On a server database each thread holds one of a process's pooled connections (store/db.py,
+# POOL_SIZE), and workers are scaled by starting more, where the server's connections allow.
 DEFAULT_CONCURRENCY = 8
 SQLITE_MOST_PROCESSES = 4
 
@@ -113,7 +113,7 @@ SQLITE_MOST_PROCESSES = 4
 def sized(kind: str, concurrency: int | None, processes: int | None) -> tuple[int, int]:
     """(concurrency, processes) for a worker on a database of `kind`: what was given, else the defaults."""
     if concurrency is None:
-        concurrency = CONCURRENCY.get(kind, DEFAULT_CONCURRENCY)
+        concurrency = DEFAULT_CONCURRENCY
     if processes is None:
         processes = min(os.cpu_count() or 1, SQLITE_MOST_PROCESSES) if kind == "sqlite" else 1
     return concurrency, processes
@@ -121,7 +121,7 @@ def sized(kind: str, concurrency: int | None, processes: int | None) -> tuple[in
 
 worker_options = [
     click.option("--concurrency", type=click.IntRange(min=1),
-                 help="Segments executed at once (threads) [default: 16 on SQLite, 8 on a server database]."),
+                 default=DEFAULT_CONCURRENCY, show_default=True, help="Segments executed at once (threads)."),
     click.option("--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
                  help="Seconds between polls of the queue for runs queued by other processes."),
     click.option("--executor", default=DEFAULT_EXECUTOR, show_default=True, hidden=True,
