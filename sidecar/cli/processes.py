@@ -121,7 +121,7 @@ def sized(kind: str, concurrency: int | None, processes: int | None) -> tuple[in
 
 worker_options = [
     click.option("--concurrency", type=click.IntRange(min=1),
-                 default=DEFAULT_CONCURRENCY, show_default=True, help="Segments executed at once (threads)."),
+                 help=f"Segments executed at once (threads) [default: {DEFAULT_CONCURRENCY}]."),
     click.option("--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
                  help="Seconds between polls of the queue for runs queued by other processes."),
     click.option("--executor", default=DEFAULT_EXECUTOR, show_default=True, hidden=True,
