@@ -1,5 +1,8 @@
 """The gate as the rest of the sidecar sees it: declarations from the plugins, the report from the store."""
 
+import time
+from dataclasses import dataclass
+
 from sidecar.application import current
 from sidecar.consumers import core_consumer_versions
 from sidecar.plugins import PluginLoadError, plugin_context, plugin_manager, results_by_plugin
@@ -32,18 +35,45 @@ def _plugins_loaded() -> tuple:
     return id(pm), frozenset(map(id, pm.get_plugins()))
 
 
-def current_gate() -> Gate:
+# How long the offer of delegation tools (delegation_refusal) may go by a gate found current that long ago,
+# without reading the report's time again. The offer is advice to the model, never the last word: the store's
+# guard asks the gate as of now in the transaction that writes the status (install_store_guard), and a model
+# turn takes longer than this anyway, so an offer was always as old as the turn by the time of its call. A
+# change of the report made in this process is seen at once (store/consumers.py counts them).
+OFFER_MAX_AGE_SECONDS = 1.0
+
+
+@dataclass
+class _Built:
+    """The gate built last (Application.gate_built), with what it was built from and when that was last
+    found unchanged."""
+
+    key: tuple  # (the plugins loaded, the report's time)
+    gate: Gate
+    confirmed_at: float  # time.monotonic() just before the report's time was last read and found unchanged
+    changes_here: int  # consumer_store.changes_here() then
+
+
+def current_gate(*, max_age: float = 0.0) -> Gate:
     """The gate as of now. Built again only when the report changed (every change of the report moves its
     time, in the transaction that changes its rows, so the time read in a transaction names the rows it sees)
     or the plugins did; otherwise the gate built last, which the application keeps with what it was built from
     (Application.gate_built). A segment asks the gate at least twice (the offer of delegation tools, the guard
     of the suspension), and building it reads the report's rows and every plugin's declarations; reading the
-    report's time is one small indexed read."""
+    report's time is one small indexed read. With `max_age`, a gate found current less than `max_age` seconds
+    ago is taken without that read, unless the plugins or, in this process, the report changed since."""
     app = current()
-    key = (_plugins_loaded(), consumer_store.reported_time())
+    plugins = _plugins_loaded()
+    changes = consumer_store.changes_here()  # before the read: a change after it is seen by the next call
     built = app.gate_built
-    if built is not None and built[0] == key:
-        return built[1]
+    if (max_age and built is not None and built.key[0] == plugins and built.changes_here == changes
+            and time.monotonic() - built.confirmed_at < max_age):
+        return built.gate
+    confirmed_at = time.monotonic()
+    key = (plugins, consumer_store.reported_time())
+    if built is not None and built.key == key:
+        built.confirmed_at, built.changes_here = confirmed_at, changes
+        return built.gate
     reported_at, rows = consumer_store.load_report()
     report = None
     if reported_at is not None:
@@ -57,7 +87,7 @@ def current_gate() -> Gate:
         report = [r for r in report if r.name not in core] + [ReportedConsumer(n, v) for n, v in core.items()]
     gate = Gate(declarations(), report, reported_at)
     # Rows read after the time are never older than it: at worst newer, and the next call builds again.
-    app.gate_built = (key, gate)
+    app.gate_built = _Built(key, gate, confirmed_at, changes)
     return gate
 
 
@@ -74,7 +104,7 @@ def compat_report() -> dict:
 
 def delegation_refusal(origin: str | None) -> str | None:
     """Why delegation tools are not offered to a run with this origin; None when they are."""
-    return current_gate().refusal("waiting_for_dependency", origin)
+    return current_gate(max_age=OFFER_MAX_AGE_SECONDS).refusal("waiting_for_dependency", origin)
 
 
 def install_store_guard() -> None:

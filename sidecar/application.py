@@ -33,7 +33,7 @@ class Application:
     plugin_context: Any = None
     # store/status_guard.py: the gate's last word on a status outside the base vocabulary.
     status_guard: Callable[[str, str | None], str | None] | None = None
-    # compat/service.py: the gate built last, with what it was built from.
+    # compat/service.py: the gate built last, with what it was built from and when it was last found current.
     gate_built: Any = None
     # store/events.py: who is told of each committed event, by kind.
     event_listeners: dict = field(default_factory=dict)

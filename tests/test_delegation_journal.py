@@ -76,15 +76,21 @@ def test_a_cancel_marked_while_the_model_answers_saves_the_turn_and_sends_nothin
     assert tool_results(run_id) == []
 
 
+# The report changed by this process, or by another one: then this process does not know of the change, and its
+# offer may go by the gate it found current a moment ago (compat/service.py), but the guard may not.
+REPORTERS = {"this process": consumers.replace_report, "another process": consumers.replace_report.__wrapped__}
+
+
+@pytest.mark.parametrize("reporter", REPORTERS)
 def test_a_gate_closed_since_the_offer_saves_the_turn_alone_and_gives_the_call_the_reason(
-        settings, peers, monkeypatch):
+        settings, peers, monkeypatch, reporter):
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=60)
     run_id = delegating_run("research", "work:30:never asked")
     original = turns.save_turn_and_journal
 
     def host_reports_an_old_consumer_first(claim, *args, **kwargs):
-        consumers.replace_report([{"name": "nr_mcp_agent", "version": "0.15.1"}])
+        REPORTERS[reporter]([{"name": "nr_mcp_agent", "version": "0.15.1"}])
         return original(claim, *args, **kwargs)
 
     monkeypatch.setattr(turns, "save_turn_and_journal", host_reports_an_old_consumer_first)

@@ -1,8 +1,10 @@
 """A delegation tool (a plugin's tool with `delegation = True`) in the agent loop: offered only while the
-compatibility gate lets runs wait for a dependency; a model that calls it anyway gets the gate's reason."""
+compatibility gate lets runs wait for a dependency; a model that calls it anyway gets the gate's reason. The
+offer goes by a gate found current a moment ago; a change made in this process is seen at once."""
 
 import pytest
 
+import nrllm_sidecar_compat.service as compat_service
 from nrllm_sidecar_compat.gate import NO_REPORT_REASON
 from sidecar.domain.vocabulary import ToolEffect
 from sidecar.engine.providers import ScriptedProvider
@@ -107,3 +109,27 @@ def test_an_origin_scoped_consumer_withholds_it_only_from_its_runs(seen):
     assert ["ask_remote_agent" in names for names in seen] == [False, False, True]
     (result,) = _tool_results(dashboard_run)
     assert result.startswith("error: ") and "example_dashboard 1.4" in result
+
+
+def test_the_offer_goes_by_the_gate_found_current_less_than_its_max_age_ago(seen, monkeypatch):
+    """The offer reads the report's time at most once in OFFER_MAX_AGE_SECONDS (the store's guard, which
+    writes the status, still reads it every time); a change of the report made in this process is seen at
+    once, one made elsewhere once the gate's age has passed."""
+    reads = []
+    original = consumer_store.reported_time
+    monkeypatch.setattr(consumer_store, "reported_time", lambda: reads.append(1) or original())
+    monkeypatch.setattr(compat_service, "OFFER_MAX_AGE_SECONDS", 30.0)
+    consumer_store.replace_report([])
+    _run([{"content": "first"}])
+    _run([{"content": "second, within the max age"}])
+    assert len(reads) == 1
+
+    consumer_store.replace_report([{"name": "nr_mcp_agent", "version": "0.15.1"}])  # closes it, here
+    _run([{"content": "after a change made here"}])
+    assert len(reads) == 2
+    consumer_store.replace_report.__wrapped__([])  # opens it, as another process would: not counted here
+    _run([{"content": "the gate found current a moment ago"}])
+    monkeypatch.setattr(compat_service, "OFFER_MAX_AGE_SECONDS", 0.0)
+    _run([{"content": "the gate as of now"}])
+    assert ["ask_remote_agent" in names for names in seen] == [True, True, False, False, True]
+    assert len(reads) == 3

@@ -1,5 +1,6 @@
 """The host's report of loaded consumers, kept in the database so every process gates alike."""
 
+import functools
 import json
 
 from ..domain.clock import utcnow
@@ -8,6 +9,28 @@ from .db import transactional
 from .models import ConsumerReportState, ReportedConsumerRow
 
 REPORT_STATE_ID = 1
+
+_changes_here = 0  # changes of the report this process made (after each one's transaction)
+
+
+def changes_here() -> int:
+    """How many changes of the report this process has made: a gate kept without reading the report's time
+    (compat/service.py, the offer of delegation tools) is built again once this moves."""
+    return _changes_here
+
+
+def _changed(change):
+    """`change`, then counted (after its transaction, so a gate built meanwhile is not kept as current)."""
+
+    @functools.wraps(change)
+    def wrapper(*args, **kwargs):
+        global _changes_here
+        try:
+            return change(*args, **kwargs)
+        finally:
+            _changes_here += 1
+
+    return wrapper
 
 
 def _mark_reported(now) -> None:
@@ -23,6 +46,7 @@ def _insert(name: str, version: str, understands, now) -> None:
     ).execute()
 
 
+@_changed
 @transactional
 def replace_report(consumers: list[dict]) -> None:
     """The host's whole report: replaces the previous one (an empty list is a report too)."""
@@ -33,6 +57,7 @@ def replace_report(consumers: list[dict]) -> None:
     _mark_reported(now)
 
 
+@_changed
 @transactional
 def put_consumer(name: str, version: str, understands) -> None:
     now = utcnow()
@@ -41,6 +66,7 @@ def put_consumer(name: str, version: str, understands) -> None:
     _mark_reported(now)
 
 
+@_changed
 @transactional
 def delete_consumer(name: str) -> bool:
     deleted = ReportedConsumerRow.delete().where(ReportedConsumerRow.name == name).execute()
