@@ -1,15 +1,18 @@
 """What a whole delegation cycle writes, counted with SQLite's statement trace (the other databases run the
 same store code): the segment that delegates, the poll that finds the answer and the segment that ends the
 run commit six transactions, each with one UPDATE of the run row. A transaction or an update more is a cost
-every delegation pays (docs/performance.md, "The delegation cycle")."""
+every delegation pays (docs/performance.md, "The delegation cycle"). And a push, read in one statement."""
 
 import pytest
 
+from sidecar.delegation import push
 from sidecar.delegation.coordinator import Coordinator
 from sidecar.delegation.remote import client_for
+from sidecar.domain.errors import Unauthenticated
 from sidecar.domain.vocabulary import SegmentOutcome
 from sidecar.store import db as store_db
 from sidecar.store import remote_agents, waits
+from sidecar.store.models import DependencyWait, Outbound
 from tests.support.delegation import delegating_run, register
 from tests.support.runs import run_row
 from tests.support.segments import drive_segment
@@ -64,3 +67,23 @@ def test_a_delegation_cycle_writes_one_update_of_the_run_per_transaction(setting
     # The claim; the final turn with the completion.
     assert _writes(last) == (2, 2)
     assert run_row(run_id).output.startswith("Remote said: ") and "the answer" in run_row(run_id).output
+
+
+def test_a_push_is_authenticated_in_one_read(peers, webhook):
+    """The token names its run; the run's sends and the waits on them come in one read, before and after the
+    suspension (a peer pushes as soon as its task starts, often before the suspension is committed)."""
+    peer = peers.start(card="1.0", push=True)
+    register("research", peer.url, poll=60, push=True)
+    run_id = delegating_run("research", "work:30:slow answer")
+    assert drive_segment(run_id, settings=webhook.settings) is SegmentOutcome.AWAITING_DEPENDENCY
+    (token,) = peer.push_tokens()
+    (send,) = Outbound.select()
+
+    delegation, seen = _statements_of(lambda: push.authenticate(token))
+    assert (delegation.row.id, delegation.wait.id, len(seen)) == (send.id, waits.current_wait(run_id).id, 1)
+
+    DependencyWait.delete().execute()  # as before the suspension: only the journalled send knows the token
+    delegation, seen = _statements_of(lambda: push.authenticate(token))
+    assert (delegation.row.id, delegation.wait, len(seen)) == (send.id, None, 1)
+    with pytest.raises(Unauthenticated):
+        push.authenticate(token[:-1] + ("A" if token[-1] != "A" else "B"))

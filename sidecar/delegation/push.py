@@ -40,33 +40,29 @@ class Delegation:
 
 
 def authenticate(token: str | None) -> Delegation:
-    """The delegation `token` was made for (open or resolved); Unauthenticated otherwise."""
+    """The delegation `token` was made for (open or resolved); Unauthenticated otherwise. Tokens are
+    `<run id>.<secret>`: the run id finds the run's few sends with their waits in one read (no index on
+    secrets needed), and the digests they keep are compared in constant time."""
     refused = Unauthenticated("a push needs a valid delegation token (X-A2A-Notification-Token or "
                               "Authorization: Bearer)")
     if not token or "\x00" in token:  # no token holds NUL, and PostgreSQL could not even look it up
         raise refused
-    wait = waits.by_push_token(token)
-    if wait is not None:
-        row = outbound.get(wait.outbound_id)
-        if row is not None:
-            return Delegation(row, wait)
-    row = _send_made_for(token)
-    if row is None:
-        raise refused
-    return Delegation(row, None)
-
-
-def _send_made_for(token: str) -> Outbound | None:
-    """The run's journalled send whose push config carries this token (tokens are `<run id>.<secret>`): the
-    send keeps the token's digest, compared in constant time."""
     run_id = push_tokens.run_id_of(token)
-    if run_id is None:
-        return None
+    sends = outbound.sends_of_run(run_id) if run_id is not None else []
     presented = push_tokens.digest(token)
-    for row in outbound.sends_of_run(run_id):
-        if row.push_token_sha256 is not None and hmac.compare_digest(row.push_token_sha256, presented):
-            return row
-    return None
+    # The wait's digest first: a resend without a new token moves the wait to the new row, keeping the old
+    # token's digest, which the new row does not carry.
+    for row, wait in sends:
+        if wait is not None and _made_for(wait.push_token_sha256, presented):
+            return Delegation(row, wait)
+    for row, _ in sends:  # before the suspension: the journalled send keeps its token's digest
+        if _made_for(row.push_token_sha256, presented):
+            return Delegation(row, None)
+    raise refused
+
+
+def _made_for(kept: str | None, presented: str) -> bool:
+    return kept is not None and hmac.compare_digest(kept, presented)
 
 
 # States whose push is worth a poll: the task has an answer for the model (finished or interrupted).

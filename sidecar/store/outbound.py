@@ -27,7 +27,7 @@ from ..domain.vocabulary import OutboundKind, OutboundOutcome, RunStatus
 from . import events, notify, statements, status_guard
 from .db import database, dialect, transactional
 from .leases import Claim, fence, fenced_update_with_event
-from .models import Outbound, Run
+from .models import DependencyWait, Outbound, Run
 
 PENDING = OutboundOutcome.PENDING.value
 UNKNOWN = OutboundOutcome.OUTCOME_UNKNOWN.value
@@ -232,9 +232,10 @@ def get(outbound_id: str) -> Outbound | None:
     return statements.select_one(Outbound, id=outbound_id)
 
 
-def sends_of_run(run_id: str) -> list[Outbound]:
-    """The run's journalled sends: the rows a push token may have been made for."""
-    return statements.select_many(Outbound, run_id=run_id, kind=SEND)
+def sends_of_run(run_id: str) -> list[tuple[Outbound, DependencyWait | None]]:
+    """The run's journalled sends (the rows a push token may have been made for), each with the wait on it
+    once the run is suspended on it, in one read: a push is authenticated against both."""
+    return statements.sends_with_waits(run_id, SEND)
 
 
 def note_early_push(outbound_id: str) -> None:

@@ -219,6 +219,35 @@ def due_waits(now, limit: int) -> list:
     return found
 
 
+_OUTBOUND_COLUMNS = tuple(_OUTBOUND_FIELDS)
+_OUTBOUND_FIELD_LIST = tuple(_OUTBOUND_FIELDS.values())
+
+
+@functools.cache
+def _sends_with_waits_text(syntax: Syntax) -> str:
+    def send(column):
+        return f"o.{_name(syntax, column)}"
+
+    def wait(column):
+        return f"w.{_name(syntax, column)}"
+
+    return (f"SELECT {', '.join(map(send, _OUTBOUND_COLUMNS))}, {', '.join(map(wait, _WAIT_COLUMNS))}"
+            f" FROM {_name(syntax, 'outbound')} AS o LEFT JOIN {_name(syntax, 'dependency_waits')} AS w"
+            # The run's id too: the waits' index on it finds the run's few waits (none on outbound_id).
+            f" ON {wait('run_id')} = {send('run_id')} AND {wait('outbound_id')} = {send('id')}"
+            f" WHERE {send('run_id')} = {syntax.param} AND {send('kind')} = {syntax.param}")
+
+
+def sends_with_waits(run_id: str, kind: str) -> list[tuple]:
+    """The run's outbound rows of `kind`, each with the wait on it (None while there is none), in one read."""
+    cursor = database.execute_kept(_sends_with_waits_text(_syntax()), (run_id, kind))
+    found, split = [], len(_OUTBOUND_COLUMNS)
+    for row in cursor.fetchall():
+        wait = None if row[split] is None else _from_row(DependencyWait, _WAIT_FIELD_LIST, row[split:])
+        found.append((_from_row(Outbound, _OUTBOUND_FIELD_LIST, row[:split]), wait))
+    return found
+
+
 @functools.lru_cache(maxsize=1024)
 def _update_in_text(syntax: Syntax, table: str, values: tuple, column: str, count: int) -> str:
     assignments = ", ".join(f"{_name(syntax, c)} = {syntax.param}" for c in values)

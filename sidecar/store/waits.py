@@ -9,7 +9,6 @@ Suspension, polling claims and resolution are each one guarded transaction:
 - resolve, fail, cancel: in store/resolutions.py.
 """
 
-import hmac
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -245,19 +244,6 @@ def poll_backed_off_now(remote_agent: str) -> int:
 
 def push_token_digest(token: str) -> str:
     return push_tokens.digest(token)
-
-
-def by_push_token(token: str) -> DependencyWait | None:
-    """The wait a push token was made for, or None. Tokens are `<run id>.<secret>`: the run id finds the
-    few waits of that run (no index on secrets needed), and the digests are compared in constant time."""
-    run_id = push_tokens.run_id_of(token)
-    if run_id is None:
-        return None
-    presented = push_token_digest(token)
-    for wait in statements.select_many(DependencyWait, run_id=run_id):
-        if wait.push_token_sha256 is not None and hmac.compare_digest(wait.push_token_sha256, presented):
-            return wait
-    return None
 
 
 def mark_unsealable(wait_id: str, unsealable: bool) -> None:
