@@ -17,8 +17,8 @@ RUN = "{run}"  # replaced by a run of ACTOR
 GOOD_BODY = {"input": "hello"}
 
 
-def _deep(levels: int) -> str:
-    return '{"input": "x", "tools": ' + "[" * levels + "]" * levels + "}"
+def _deep(levels: int, inside: str = "") -> str:
+    return '{"input": "x", "tools": ' + "[" * levels + inside + "]" * levels + "}"
 
 
 # (name, method, path, who, body, expected status, expected code, field expected in errors)
@@ -50,6 +50,12 @@ CASES = [
      "malformed_request", None),
     ("bad UTF-8", "POST", "/api/v1/runs", "host", b'{"input": "\xff\xfe"}', 400, "malformed_request", None),
     ("nested too deep", "POST", "/api/v1/runs", "host", _deep(100), 400, "malformed_request", None),
+    # The limit is 64 levels: the object and 63 lists in it are read (and refused by the schema); a value
+    # inside the 64th container is one level too deep.
+    ("nested to the limit", "POST", "/api/v1/runs", "host", _deep(63), 422, "validation_failed", "tools.0"),
+    ("nested past the limit", "POST", "/api/v1/runs", "host", _deep(64), 400, "malformed_request", None),
+    ("a value past the limit", "POST", "/api/v1/runs", "host", _deep(63, inside='"a"'), 400, "malformed_request",
+     None),
     ("nested beyond the parser", "POST", "/api/v1/runs", "host", _deep(100_000), 400, "malformed_request", None),
     ("over the limit", "POST", "/api/v1/runs", "host", '{"input": "' + "x" * (1024 * 1024) + '"}', 413,
      "too_large", None),
@@ -125,6 +131,8 @@ CASES = [
     ("NUL in the actor", "GET", "/api/v1/runs", "host-nul-actor", None, 422, "validation_failed", "X-Nrllm-Actor"),
     # an unpaired surrogate (a lone \ud800 escape): valid JSON, but no database driver can encode it
     ("surrogate in input", "POST", "/api/v1/runs", "host", {"input": "a\ud800"}, 422, "validation_failed", "input"),
+    ("surrogate as raw bytes", "POST", "/api/v1/runs", "host", b'{"input": "a\xed\xa0\x80"}', 422,
+     "validation_failed", "input"),
     ("surrogate in origin", "POST", "/api/v1/runs", "host", {"input": "x", "origin": "\udfff"}, 422,
      "validation_failed", "origin"),
     ("surrogate in a key", "POST", "/api/v1/runs", "host", {"input": "x", "budget": {"\ud800": 1}}, 422,

@@ -13,7 +13,7 @@ from flask_smorest import Blueprint as SmorestBlueprint
 from webargs.flaskparser import FlaskParser
 
 from ..domain.errors import Malformed, TooLarge, ValidationFailed
-from ..domain.text import unstorable
+from ..domain.text import may_hold_unstorable, unstorable
 
 MAX_DEPTH = 64
 
@@ -71,11 +71,16 @@ def json_object(raw: bytes) -> dict:
     if not raw.strip():
         raise malformed("the body must be a JSON object, and it is empty")
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads decodes bytes
+        value = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, over-long numbers
         raise malformed(f"the body is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise malformed(f"the body must be a JSON object, not {type(value).__name__}")
+    # Most bodies nest less than MAX_DEPTH containers (a value inside n of them is n + 1 deep) and hold no
+    # text to refuse, which two scans of the text tell; the walk, in Python over every value, is for the rest.
+    if text.count("{") + text.count("[") < MAX_DEPTH and not may_hold_unstorable(text):
+        return value
     too_deep, refused = _inspect(value)
     if too_deep:
         raise malformed(f"the body is nested deeper than {MAX_DEPTH} levels")

@@ -42,10 +42,16 @@ def storable(value):
     return value
 
 
+def may_hold_unstorable(text: str) -> bool:
+    """Whether JSON `text` may decode to a string holding what no database can store: one scan of the text,
+    which finds every such code point and escape (and a few escaped backslashes that only look like one)."""
+    return _UNSTORABLE_IN_JSON.search(text) is not None
+
+
 def storable_json(data: bytes | str):
     """json.loads(data), made storable. The walk over every string of the result is paid only when the text
     could hold such a code point, which one scan of the text tells (a poll's answer: the walk was a tenth of
     its CPU, bench/bench_cycle.py). ValueError as from json.loads, also for bytes that are not text."""
     text = data if isinstance(data, str) else data.decode(json.detect_encoding(data), "surrogatepass")
     value = json.loads(text)
-    return storable(value) if _UNSTORABLE_IN_JSON.search(text) else value
+    return storable(value) if may_hold_unstorable(text) else value
