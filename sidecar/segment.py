@@ -25,8 +25,11 @@ log = logging.getLogger("nrllm_sidecar.worker")
 class Segment:
     def __init__(self, claim: Claim, run: Run):
         self.claim = claim
-        self.run = run
+        self.run = run  # as the claim wrote it: nothing else writes the run while this segment holds it
         self.spec = json.loads(run.spec or "{}")
+        # Set once a delegation of this segment may have spent budget (delegation/start.py): the run's
+        # counters in `run` are then older than the row's.
+        self.delegated = False
         # Set by the heartbeat when a renewal finds the lease gone, or by a stopping worker before its hand-back.
         self.lost = threading.Event()
 

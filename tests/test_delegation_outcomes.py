@@ -241,6 +241,23 @@ def test_the_delegation_budget_and_the_counters_survive_a_suspension(settings, p
     assert peer.calls["SendMessage"] == 1 and peer.task_count == 1 and Outbound.select().count() == 1
 
 
+def test_a_delegation_answered_at_once_spends_the_budget_its_segment_then_sees(settings, peers, start_worker):
+    """A segment goes by the counters its claim read until one of its delegations may have spent some."""
+    peer = peers.start(card="1.0")
+    register("research", peer.url)
+    run_id = scripted_run(
+        delegate("research", "complete:first", tokens=10, cost=0.5),
+        delegate("research", "complete:second", call_id="call_2", tokens=10, cost=0.5),
+        {"content": "{last_tool_result}", "tokens": 10, "cost": 0.5},
+        max_delegations=1,
+    )
+    start_worker(concurrency=1)
+    run = finished(run_id)
+    assert statuses(run_id) == ["queued", "running", "completed"]  # one segment
+    assert tool_results(run_id) == ["first", "error: delegation budget exhausted (1 of 1 used)"]
+    assert (run.delegations_used, peer.task_count) == (1, 1)
+
+
 def test_a_send_not_delivered_costs_no_delegation(settings, peers, start_worker):
     down = peers.start(card="1.0")
     register("down", down.url)

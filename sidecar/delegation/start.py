@@ -67,7 +67,9 @@ def start_delegation(call: DelegationCall, settings) -> Started:
 
 def _start(call: DelegationCall, settings) -> Started:
     segment = call.segment
-    run = runs.get_run(segment.run_id)  # fresh budget counters: earlier segments may have spent some
+    # The budget counters as the claim wrote them (earlier segments' spending included), unless a delegation
+    # of this segment has spent some since: answered at once, it let the segment go on to this one.
+    run = runs.get_run(segment.run_id) if segment.delegated else segment.run
     if run is None:
         raise Run.DoesNotExist(f"run {segment.run_id} does not exist")  # as Run.get_by_id raised
     agent = remote_agents.get_agent(call.arguments["agent"])
@@ -87,6 +89,7 @@ def _start(call: DelegationCall, settings) -> Started:
     body = client.build_send(message_id, context_id, call.arguments["message"], task_id=task_id, push=push)
     if run.max_bytes is not None and run.bytes_used + len(body) > run.max_bytes:
         return error(f"transfer budget exhausted ({run.bytes_used} of {run.max_bytes} bytes used)")
+    segment.delegated = True  # from here on the run's counters may move
     try:
         row, is_new = _journal(call, run, dict(
             owner=run.owner, remote_agent=agent.name, message_id=message_id, tool_call_id=call.tool_call_id,
