@@ -1,5 +1,5 @@
-"""The A2A client: reads agent cards and speaks JSON-RPC (1.0, or the 0.3 dialect) through
-urllib3 pools as requests' adapter builds them.
+"""The A2A client: reads agent cards and speaks JSON-RPC (1.0, or the 0.3 dialect) over http.client's
+connections, kept alive per address for reads.
 
 Every connection is guarded (address_guard, before connecting and again on the connected socket),
 redirects are not followed, each call has a timeout and a limit on the answer's size, and environment
@@ -16,30 +16,22 @@ this is known, not guessed from exception types. Every failure after that moment
 the peer may have created the task, and only reconciliation (ListTasks by contextId) can tell.
 """
 
+import collections
 import contextlib
 import contextvars
+import functools
+import http.client
 import json
 import socket
+import ssl
+import threading
 import time
 from dataclasses import dataclass, replace
 from urllib.parse import urljoin, urlsplit
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3 import exceptions as urllib3_exceptions
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import (
-    ClosedPoolError,
-    ConnectTimeoutError,
-    DecodeError,
-    MaxRetryError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-)
-from urllib3.util import Timeout
+import requests.certs
 
+from sidecar import __version__
 from sidecar.application import current
 from sidecar.delegation.address_guard import AddressRefused, AllowList, check_connected, check_url, parse_url
 from sidecar.delegation.types import UNSUPPORTED_OPERATION, AgentEndpoint, RemoteError, SendResult, TaskView
@@ -80,12 +72,19 @@ _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 
 class _GuardedConnection:
-    def _new_conn(self):
+    """http.client's connection with the guard around connecting (http.client makes every socket through
+    `_create_connection`, before TLS is negotiated on it), and the moment the request starts to be written."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = self._guarded_connection
+
+    def _guarded_connection(self, address, timeout, source_address=None):
         # The name is resolved and checked before connecting (a kept-alive connection was checked when it was
         # made, so a read on one resolves nothing); then the address the socket really reached is checked.
         call = _CALL.get()
         check_url(call.url, call.allow)
-        sock = super()._new_conn()
+        sock = socket.create_connection(address, timeout, source_address)
         try:
             check_connected(self.host, sock.getpeername()[0], call.allow)
         except AddressRefused:
@@ -112,49 +111,18 @@ class _GuardedConnection:
         return super().getresponse()
 
 
-class _GuardedHTTPConnection(_GuardedConnection, HTTPConnection):
+class _GuardedHTTPConnection(_GuardedConnection, http.client.HTTPConnection):
     pass
 
 
-class _GuardedHTTPSConnection(_GuardedConnection, HTTPSConnection):
+class _GuardedHTTPSConnection(_GuardedConnection, http.client.HTTPSConnection):
     pass
 
 
-class _GuardedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _GuardedHTTPConnection
-
-
-class _GuardedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _GuardedHTTPSConnection
-
-
-class _Closing:
-    """A pool that closes each connection handed back to it: the next request on it connects anew."""
-
-    def _put_conn(self, conn):
-        if conn is not None:
-            conn.close()
-        super()._put_conn(conn)
-
-
-class _FreshHTTPPool(_Closing, _GuardedHTTPPool):
-    pass
-
-
-class _FreshHTTPSPool(_Closing, _GuardedHTTPSPool):
-    pass
-
-
-class _GuardedAdapter(HTTPAdapter):
-    def __init__(self, *args, fresh: bool = False, **kwargs):
-        self.fresh = fresh  # before the base class builds the pool manager
-        super().__init__(*args, **kwargs)
-
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = (
-            {"http": _FreshHTTPPool, "https": _FreshHTTPSPool} if self.fresh
-            else {"http": _GuardedHTTPPool, "https": _GuardedHTTPSPool})
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """Certificates checked against the bundle requests uses (certifi's), whatever the environment says."""
+    return ssl.create_default_context(cafile=requests.certs.where())
 
 
 class _Failed(Exception):
@@ -172,34 +140,49 @@ class _Answer:
     data: bytes
 
 
-_KEPT_ALIVE_PER_ADDRESS = 16  # connections a pool keeps (more may be open at once; the extra ones are closed)
+_KEPT_ALIVE_PER_ADDRESS = 16  # connections a route keeps (more may be open at once; the extra ones are closed)
 
 
-@dataclass(frozen=True)
 class _Route:
-    """Where the calls to one address go: the adapter's settings and the guarded pool it built."""
+    """The connections to one address (scheme, host, port) under one allow-list: reads keep theirs alive here,
+    the most recently used first (the likeliest to be open still)."""
 
-    adapter: _GuardedAdapter
-    pool: HTTPConnectionPool
+    def __init__(self, scheme: str, host: str, port: int | None):
+        self.host, self.port = host, port
+        self.https = scheme == "https"
+        self._idle: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+
+    def connection(self, timeout: float, *, kept_alive: bool):
+        if kept_alive:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is not None:
+                connection.timeout = timeout
+                connection.sock.settimeout(timeout)
+                return connection
+        if self.https:
+            return _GuardedHTTPSConnection(self.host, self.port, timeout=timeout, context=_tls_context())
+        return _GuardedHTTPConnection(self.host, self.port, timeout=timeout)
+
+    def keep(self, connection) -> None:
+        with self._lock:
+            if len(self._idle) < _KEPT_ALIVE_PER_ADDRESS:
+                self._idle.append(connection)
+                return
+        connection.close()
 
 
-def _route(url: str, allow: AllowList, *, keep_alive: bool) -> _Route:
-    """The route to this address (scheme, host, port) with this allow-list: its connections kept alive between
-    calls, or each closed when its call ends. Built once: building one costs about as much as a call, and
-    finding its pool again through the adapter about a fifteenth of one (the URL parsed, the pool's key
-    built)."""
-    scheme, _, rest = url.partition("://")
-    key = (keep_alive, scheme, rest.split("/", 1)[0], frozenset(allow.names), tuple(allow.networks))
-    app = current()  # its routes: another application's allow-list and pools are its own
+def _route(url: str, allow: AllowList) -> _Route:
+    """The route to this URL's address with this allow-list (a connection kept for one allow-list is never
+    lent under another), made once per application."""
+    parts = urlsplit(url)
+    key = (parts.scheme, parts.netloc, frozenset(allow.names), tuple(allow.networks))
+    app = current()  # its routes: another application's allow-list and connections are its own
     with app.lock:
         route = app.remote_routes.get(key)
         if route is None:
-            adapter = _GuardedAdapter(max_retries=0, pool_connections=1, pool_maxsize=_KEPT_ALIVE_PER_ADDRESS,
-                                      fresh=not keep_alive)
-            target = requests.PreparedRequest()
-            target.method, target.url = "POST", url
-            route = app.remote_routes[key] = _Route(adapter, adapter.get_connection_with_tls_context(
-                target, verify=True))
+            route = app.remote_routes[key] = _Route(parts.scheme, parts.hostname, parts.port)
         return route
 
 
@@ -211,8 +194,8 @@ def _exchange(method: str, url: str, *, body: bytes | None, headers: dict, allow
 
     Without `keep_alive` the exchange has a fresh connection of its own: a kept-alive one may have been
     closed by the peer, and a send on it would turn a request that never arrived into an unknown outcome.
-    With `keep_alive` (a read: asking again changes nothing) the connection comes from the address's pool,
-    and a kept-alive connection that fails is given one more try on a new connection."""
+    With `keep_alive` (a read: asking again changes nothing) the connection may be one the address's route
+    kept, and a kept-alive connection that fails is given one more try on a new connection."""
     try:
         return _exchange_once(method, url, body=body, headers=headers, allow=allow, timeout=timeout,
                               max_bytes=max_bytes, keep_alive=keep_alive)
@@ -227,101 +210,59 @@ def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, 
                    max_bytes: int, keep_alive: bool) -> _Answer:
     call = _Call(allow, url)
     token = _CALL.set(call)
+    connection = None
     try:
         parse_url(url)  # an http or https URL with a host, or AddressRefused before anything else
-        response = _open(_route(url, allow, keep_alive=keep_alive), method, url, body=body, headers=headers,
-                         timeout=timeout)
-        consumed = False
-        try:
-            deadline = time.monotonic() + timeout
-            if int(response.headers.get("Content-Length") or 0) > max_bytes:
+        route = _route(url, allow)
+        connection = route.connection(timeout, kept_alive=keep_alive)
+        connection.request(method, _path_of(url), body=body, headers={**_DEFAULT_HEADERS, **headers})
+        response = connection.getresponse()
+        deadline = time.monotonic() + timeout
+        if int(response.getheader("Content-Length") or 0) > max_bytes:
+            raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
+        data = bytearray()
+        while chunk := response.read(_CHUNK_BYTES):
+            data += chunk
+            if len(data) > max_bytes:
                 raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
-            data = bytearray()
-            for chunk in _chunks(response):
-                data += chunk
-                if len(data) > max_bytes:
-                    raise _Failed(f"the answer is larger than {max_bytes} bytes", sent=True)
-                if time.monotonic() > deadline:
-                    raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
-            consumed = True
-            return _Answer(response.status, bytes(data))
-        finally:
-            if not consumed:
-                response.close()  # its connection is not handed back for another call
-            response.release_conn()
-    except (requests.RequestException, OSError, ValueError) as exc:
-        # A connection error (not a timeout) on a connection this call did not open: the peer had closed it.
-        stale = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
-        raise _Failed(_describe(exc, timeout), sent=call.sent, on_kept_alive=stale and not call.connected) from None
+            if time.monotonic() > deadline:
+                raise _Failed(f"the answer took longer than {timeout:g}s", sent=True)
+        if keep_alive and not response.will_close:
+            route.keep(connection)
+            connection = None
+        return _Answer(response.status, bytes(data))
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        # A broken connection (not a timeout) that this call did not open: the peer had closed it while it was
+        # kept alive.
+        stale = isinstance(exc, (ConnectionError, http.client.HTTPException)) and not isinstance(exc, TimeoutError)
+        raise _Failed(_describe(exc, timeout, call), sent=call.sent,
+                      on_kept_alive=stale and not call.connected) from None
     finally:
+        if connection is not None:
+            connection.close()  # never handed back for another call
         _CALL.reset(token)
 
 
-# What requests' session sends with every request; the call's own headers win.
-_DEFAULT_HEADERS = dict(requests.utils.default_headers())
-
-
-def _open(route: _Route, method: str, url: str, *, body: bytes | None, headers: dict, timeout: float):
-    """The exchange's answer as urllib3 gives it, not yet read: what session.request(..., stream=True) does
-    through requests' adapter and the guarded pool, without the session's layers (merging settings, hooks,
-    cookies, environment proxies, preparing the request anew), which cost as much CPU as the call itself.
-    Failures are raised as requests raises them, so they are told apart as before."""
-    try:
-        return route.pool.urlopen(
-            method=method, url=_path_of(url), body=body,
-            headers={**_DEFAULT_HEADERS, **headers}, redirect=False, assert_same_host=False, preload_content=False,
-            decode_content=False, retries=route.adapter.max_retries, timeout=Timeout(connect=timeout, read=timeout),
-            chunked=False,
-        )
-    except (ProtocolError, OSError) as exc:
-        raise requests.ConnectionError(exc) from exc
-    except MaxRetryError as exc:
-        if isinstance(exc.reason, ConnectTimeoutError) and not isinstance(exc.reason, NewConnectionError):
-            raise requests.ConnectTimeout(exc) from exc
-        if isinstance(exc.reason, urllib3_exceptions.SSLError):
-            raise requests.exceptions.SSLError(exc) from exc
-        raise requests.ConnectionError(exc) from exc
-    except ClosedPoolError as exc:
-        raise requests.ConnectionError(exc) from exc
-    except urllib3_exceptions.SSLError as exc:
-        raise requests.exceptions.SSLError(exc) from exc
-    except ReadTimeoutError as exc:
-        raise requests.ReadTimeout(exc) from exc
+_CHUNK_BYTES = 64 * 1024
+# Sent with every request; the call's own headers win. http.client adds `Accept-Encoding: identity`: no
+# compression is asked for, so the answer is read as it comes, within the size limit, and nothing is unpacked.
+_DEFAULT_HEADERS = {"User-Agent": f"nrllm-sidecar/{__version__}"}
 
 
 def _path_of(url: str) -> str:
-    """What the request line names: the URL's path and query (as requests sends them)."""
+    """What the request line names: the URL's path and query."""
     parts = urlsplit(url)
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
-def _chunks(response):
-    """The answer's body in pieces, decoded, with read failures raised as requests' iter_content raises them."""
-    try:
-        yield from response.stream(64 * 1024, decode_content=True)
-    except ProtocolError as exc:
-        raise requests.exceptions.ChunkedEncodingError(exc) from exc
-    except DecodeError as exc:
-        raise requests.exceptions.ContentDecodingError(exc) from exc
-    except ReadTimeoutError as exc:
-        raise requests.ConnectionError(exc) from exc
-    except urllib3_exceptions.SSLError as exc:
-        raise requests.exceptions.SSLError(exc) from exc
-
-
-def _describe(exc: Exception, timeout: float) -> str:
-    if isinstance(exc, requests.ConnectTimeout):
-        return f"connecting timed out after {timeout:g}s"
-    if isinstance(exc, requests.ReadTimeout):
-        return f"no answer within {timeout:g}s"
-    reason = exc.args[0] if exc.args else exc
-    reason = getattr(reason, "reason", reason)  # urllib3 wraps the cause in a MaxRetryError
-    if isinstance(reason, NewConnectionError):
-        # "<connection object>: Failed to establish a new connection: [Errno 111] Connection refused"
-        return str(reason).split(": ", 1)[-1]
-    if isinstance(reason, ProtocolError) and len(reason.args) > 1:
-        return f"the connection broke: {reason.args[1]}"
-    return f"{type(exc).__name__}: {reason}"
+def _describe(exc: Exception, timeout: float, call: _Call) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g}s" if call.sent else f"connecting timed out after {timeout:g}s"
+    if isinstance(exc, (ConnectionError, http.client.IncompleteRead, http.client.BadStatusLine)) and call.sent:
+        return f"the connection broke: {exc!r}" if not str(exc) else f"the connection broke: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else exc.strerror  # "[Errno 111] Connection refused"
+    return f"{type(exc).__name__}: {exc}"
 
 
 # --- JSON-RPC answers --------------------------------------------------------------------------------
