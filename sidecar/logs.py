@@ -107,8 +107,9 @@ def configure(*, verbose: bool = False, log_format: str = "text", stream=None) -
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
-    # Neither format prints a record's thread or process; left on, every record looks them up (a tenth of a
-    # line's cost, on a path that logs a few lines per run). A handler a plugin adds finds None there.
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    # Neither format prints a record's thread or process name; left on, every record looks them up (a tenth of
+    # a line's cost, on a path that logs a few lines per run). A handler a plugin adds finds None there. The
+    # process id stays: gunicorn's own lines (serving/) print it, and reading it costs next to nothing.
+    logging.logThreads = logging.logMultiprocessing = False
     # The API writes its own access line (api/access.py: with the request id, without the query string).
     logging.getLogger("werkzeug").setLevel(logging.WARNING)

@@ -44,6 +44,14 @@ def served(tmp_path_factory):
     store_db.bind(url).close()
 
 
+def test_the_servers_own_log_lines_are_written_whole(served):
+    """gunicorn's lines (its start, the address, each HTTP worker) in the sidecar's log, each one written: a
+    format field the sidecar's records no longer fill would print a logging error instead."""
+    log = served.log()
+    assert "Listening at: http://127.0.0.1:" in log and "Booting worker with pid" in log
+    assert "Logging error" not in log
+
+
 @pytest.fixture
 def host(served):
     return tokens.create(f"host-{time.monotonic_ns()}", "host")[0]
