@@ -1,12 +1,19 @@
 """The A2A client against real a2a-sdk peers and real misbehaving sockets on 127.0.0.1."""
 
+import datetime
+import ipaddress
 import json
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from sidecar.delegation import a2a
 from sidecar.delegation.a2a import A2AClient, PushTarget, read_card
@@ -515,3 +522,62 @@ def test_a_poll_on_a_kept_alive_connection_is_not_held_back_by_delayed_acknowled
         client.get_task(task_id)
         durations.append(time.perf_counter() - started)
     assert min(durations) < 0.03, f"fastest of twenty polls {min(durations) * 1000:.1f} ms"
+
+
+# --- TLS -------------------------------------------------------------------------------------------------
+
+
+def _self_signed(directory) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that no CA signed, and its key: (certificate file, key file)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                  critical=False)
+                   .sign(key, hashes.SHA256()))
+    cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_file), str(key_file)
+
+
+class _TlsAgent(_CountingAgent):
+    """The counting agent behind TLS, with a certificate of its own making; `handshakes` counts the TLS
+    handshakes it saw begin, finished or not."""
+
+    def __init__(self, cert_file: str, key_file: str):
+        self.handshakes = 0
+        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._context.load_cert_chain(cert_file, key_file)
+        super().__init__()
+
+    def get_request(self):
+        sock, address = super().get_request()
+        self.handshakes += 1
+        return self._context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server_address[1]}/"
+
+
+def test_an_agent_whose_certificate_is_not_trusted_gets_no_request(tmp_path):
+    with _TlsAgent(*_self_signed(tmp_path)) as agent:
+        client = _client_of(agent)
+        result = send(client, "hello", message_id="m-untrusted")
+        assert result.outcome == "not_delivered" and "certificate verify failed" in result.error
+        with pytest.raises(RemoteError, match="certificate verify failed"):
+            client.get_task("task-1")
+        assert agent.handshakes == 2 and agent.requests == 0
+
+
+def test_the_guard_refuses_an_https_address_before_any_handshake(tmp_path):
+    with _TlsAgent(*_self_signed(tmp_path)) as agent:
+        refused = A2AClient(AgentEndpoint(rpc_url=agent.url, protocol_version="1.0"), allow=[])
+        result = send(refused, "hello", message_id="m-refused")
+        assert result.outcome == "not_delivered" and "loopback" in result.error
+        assert agent.handshakes == 0
