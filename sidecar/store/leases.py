@@ -46,33 +46,29 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
         return ClaimBatch()
     now = utcnow()
     claims = ClaimBatch()
-    # Where UPDATE ... RETURNING exists the claim returns the whole row, as written: the segment's run,
-    # without a read of its own after the commit.
-    returns_row = supports_returning()
-    whole_row = statements.RUN_COLUMNS if returns_row else ("lease_epoch", "last_event_sequence")
+    values = {"status": RUNNING, "lease_holder": holder, "lease_expires_at": lease.expiry(now), "queued_at": None,
+              "updated_at": now}
+    add = {"lease_epoch": 1, "last_event_sequence": 1}
+    if supports_returning():
+        # One statement picks and claims the runs and returns their rows as written: the segments' runs,
+        # without a read of their own after the commit.
+        for run in statements.claim_queued_rows(limit, values, add):
+            claims.rows[run.id] = run
+            _claimed(claims, run.id, run.lease_epoch, run.last_event_sequence, holder)
+        return claims
     for run_id in statements.queued_run_ids(limit):
-        claimed = statements.update_run(
-            run_id,
-            where={"status": QUEUED},
-            values={
-                "status": RUNNING, "lease_holder": holder, "lease_expires_at": lease.expiry(now),
-                "queued_at": None, "updated_at": now,
-            },
-            add={"lease_epoch": 1, "last_event_sequence": 1},
-            returning=whole_row,
-        )
+        claimed = statements.update_run(run_id, where={"status": QUEUED}, values=values, add=add,
+                                        returning=("lease_epoch", "last_event_sequence"))
         if claimed is None:
             claims.conflicts += 1
             continue
-        if returns_row:
-            run = statements.run_from_row(whole_row, claimed)
-            epoch, sequence = run.lease_epoch, run.last_event_sequence
-            claims.rows[run_id] = run
-        else:
-            epoch, sequence = claimed
-        events.record(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})
-        claims.append(Claim(run_id, epoch, holder))
+        _claimed(claims, run_id, *claimed, holder)
     return claims
+
+
+def _claimed(claims: ClaimBatch, run_id: str, epoch: int, sequence: int, holder: str) -> None:
+    events.record(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})
+    claims.append(Claim(run_id, epoch, holder))
 
 
 def fence(claim: Claim) -> list:

@@ -104,6 +104,27 @@ def _queued_text(syntax: Syntax, limit: int) -> str:
     return sql if syntax.dialect == "sqlite" else sql + " FOR UPDATE SKIP LOCKED"
 
 
+@functools.lru_cache(maxsize=64)
+def _claim_queued_text(syntax: Syntax, limit: int, values: tuple, add: tuple) -> str:
+    # The runs picked (and on PostgreSQL locked, skipping those another claim holds) once, in a CTE of their
+    # own: a subquery in the WHERE might be run again for each row it is compared with.
+    assignments = [*(f"{_name(syntax, c)} = {syntax.param}" for c in values),
+                   *(f"{_name(syntax, c)} = {_name(syntax, c)} + {syntax.param}" for c in add)]
+    return (f"WITH picked AS MATERIALIZED ({_queued_text(syntax, limit)})"
+            f" UPDATE {_name(syntax, 'runs')} SET {', '.join(assignments)}"
+            f" WHERE {_name(syntax, 'id')} IN (SELECT {_name(syntax, 'id')} FROM picked)"
+            f" AND {_name(syntax, 'status')} = {syntax.param} RETURNING {_names(syntax, RUN_COLUMNS)}")
+
+
+def claim_queued_rows(limit: int, values: dict, add: dict) -> list:
+    """Where UPDATE ... RETURNING exists: the oldest queued runs, at most `limit`, updated with `values` and
+    `add`'s amounts in one statement, as written (Run instances). Call inside a write transaction."""
+    queued = RunStatus.QUEUED.value
+    sql = _claim_queued_text(_syntax(), limit, tuple(values), tuple(add))
+    params = [queued, *_run_values(values), *add.values(), queued]  # in the text's order: the CTE's comes first
+    return [run_from_row(RUN_COLUMNS, row) for row in database.execute_kept(sql, params).fetchall()]
+
+
 @functools.lru_cache(maxsize=8)
 def _queued_run_exists_text(syntax: Syntax) -> str:
     return f"SELECT 1 FROM {_name(syntax, 'runs')} WHERE {_name(syntax, 'status')} = {syntax.param} LIMIT 1"
