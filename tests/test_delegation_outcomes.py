@@ -211,15 +211,20 @@ def test_a_delegation_beside_another_tool_runs_neither(settings, peers, start_wo
 # --- budgets -------------------------------------------------------------------------------------------
 
 
-def test_the_delegation_budget_and_the_counters_survive_a_suspension(settings, peers, start_worker):
-    peer = peers.start(card="1.0")
-    register("research", peer.url, poll=60)  # polled only when the test says so
-    run_id = scripted_run(
-        delegate("research", "work:0.05:first", tokens=10, cost=0.5),
+def _two_delegations_with_a_budget_of_one(first: str) -> str:
+    """A run that delegates `first`, then another message, with one delegation allowed."""
+    return scripted_run(
+        delegate("research", first, tokens=10, cost=0.5),
         delegate("research", "complete:second", call_id="call_2", tokens=10, cost=0.5),
         {"content": "{last_tool_result}", "tokens": 10, "cost": 0.5},
         max_delegations=1,
     )
+
+
+def test_the_delegation_budget_and_the_counters_survive_a_suspension(settings, peers, start_worker):
+    peer = peers.start(card="1.0")
+    register("research", peer.url, poll=60)  # polled only when the test says so
+    run_id = _two_delegations_with_a_budget_of_one("work:0.05:first")
     start_worker(concurrency=1)
     wait_until(lambda: run_row(run_id).status == "waiting_for_dependency", what="the run to wait")
     before = run_row(run_id)
@@ -245,12 +250,7 @@ def test_a_delegation_answered_at_once_spends_the_budget_its_segment_then_sees(s
     """A segment goes by the counters its claim read until one of its delegations may have spent some."""
     peer = peers.start(card="1.0")
     register("research", peer.url)
-    run_id = scripted_run(
-        delegate("research", "complete:first", tokens=10, cost=0.5),
-        delegate("research", "complete:second", call_id="call_2", tokens=10, cost=0.5),
-        {"content": "{last_tool_result}", "tokens": 10, "cost": 0.5},
-        max_delegations=1,
-    )
+    run_id = _two_delegations_with_a_budget_of_one("complete:first")
     start_worker(concurrency=1)
     run = finished(run_id)
     assert statuses(run_id) == ["queued", "running", "completed"]  # one segment

@@ -259,9 +259,9 @@ def _describe(exc: Exception, timeout: float, call: _Call) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer within {timeout:g}s" if call.sent else f"connecting timed out after {timeout:g}s"
     if isinstance(exc, (ConnectionError, http.client.IncompleteRead, http.client.BadStatusLine)) and call.sent:
-        return f"the connection broke: {exc!r}" if not str(exc) else f"the connection broke: {exc}"
+        return f"the connection broke: {exc or type(exc).__name__}"
     if isinstance(exc, OSError) and exc.strerror:
-        return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else exc.strerror  # "[Errno 111] Connection refused"
+        return str(exc)  # "[Errno 111] Connection refused"
     return f"{type(exc).__name__}: {exc}"
 
 

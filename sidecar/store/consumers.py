@@ -10,7 +10,7 @@ from .models import ConsumerReportState, ReportedConsumerRow
 
 REPORT_STATE_ID = 1
 
-_changes_here = 0  # changes of the report this process made (after each one's transaction)
+_changes_here = 0  # changes of the report this process made, each counted once its function returned
 
 
 def changes_here() -> int:
@@ -20,7 +20,8 @@ def changes_here() -> int:
 
 
 def _changed(change):
-    """`change`, then counted (after its transaction, so a gate built meanwhile is not kept as current)."""
+    """`change`, then counted: after its transaction has committed (unless a caller's transaction encloses it),
+    so a gate built from the report as it was before is not kept as current."""
 
     @functools.wraps(change)
     def wrapper(*args, **kwargs):
