@@ -7,6 +7,7 @@ triggers reconciliation."""
 import json
 
 from sidecar.delegation.a2a import push_target_of
+from sidecar.domain import push_tokens
 from sidecar.store import waits
 from sidecar.store.models import DependencyWait, Outbound, RunEvent
 from tests.support.delegation import ON_A2A_DATABASES, delegating_run, register
@@ -45,7 +46,7 @@ def test_a_bad_push_token_is_401_and_changes_nothing(settings, peers, webhook, s
     assert push_target_of(row.request_body).url == webhook.url + "/api/v1/push"
     (token,) = peer.push_tokens()
     wait = waits.current_wait(run_id)
-    assert wait.push_token_sha256 == row.push_token_sha256 == waits.push_token_digest(token)
+    assert wait.push_token_sha256 == row.push_token_sha256 == push_tokens.digest(token)
     # The token is the sidecar's secret: only its digest is kept, in the wait and in the journal.
     assert token not in json.dumps([wait.checkpoint, wait.push_token_sha256, row.request_body])
     wait_until(lambda: peer.calls["GetTask"] >= 1, what="the first poll")

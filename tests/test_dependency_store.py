@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from sidecar.delegation import push
+from sidecar.domain import push_tokens
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState, StatusNotWritable
 from sidecar.domain.lease import LeasePolicy
@@ -39,7 +40,7 @@ def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60
         remote_task_id=task_id, checkpoint="sealed", key_fingerprint="f" * 16,
         deadline_at=now + timedelta(seconds=deadline_in),
         next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
-        push_token_sha256=waits.push_token_digest(push_token) if push_token else None)
+        push_token_sha256=push_tokens.digest(push_token) if push_token else None)
     waits.suspend(claim, suspension, delegations=1, bytes_used=8, record_outcome=answer_task is not None)
     return waits.current_wait(claim.run_id)
 

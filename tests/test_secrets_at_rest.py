@@ -13,7 +13,7 @@ import pytest
 
 from sidecar.delegation import push
 from sidecar.domain import push_tokens
-from sidecar.store import db, migrations, outbound, status_guard, tokens, waits
+from sidecar.store import db, migrations, outbound, status_guard, tokens
 from sidecar.store.models import DependencyWait, Outbound, SchemaMigration
 from tests.support.api import ACTOR, as_host, as_operator
 from tests.support.delegation import A2A_DATABASES, delegating_run, journalled_send, register, send_body
@@ -79,7 +79,7 @@ def test_a_journal_from_before_is_migrated_and_its_push_token_still_authenticate
     migrated = Outbound.get_by_id(row.id)
     assert migrated.request_body == push_tokens.mask(old_body, token) and len(migrated.request_body) == len(old_body)
     assert migrated.request_sha256 == outbound.sha256(migrated.request_body)
-    assert migrated.push_token_sha256 == waits.push_token_digest(token)
+    assert migrated.push_token_sha256 == push_tokens.digest(token)
     assert push.authenticate(token).row.id == row.id  # a push before the suspension still finds its send
     assert found_in_columns({"push token": token}) == []
     if database_url.startswith("sqlite"):
@@ -145,7 +145,7 @@ def test_an_operator_resend_with_pushes_sends_a_new_token_and_journals_none(peer
     first, second = peer.push_tokens()
     assert first != second
     new = Outbound.get_by_id(resent.get_json()["id"])
-    assert new.push_token_sha256 == waits.push_token_digest(second) != lost.push_token_sha256
+    assert new.push_token_sha256 == push_tokens.digest(second) != lost.push_token_sha256
     assert len(new.request_body) == len(lost.request_body)  # the same request but its message id, masked
     # The wait accepts pushes with the new token (its row keeps the digest after the run resumes, too).
     assert DependencyWait.get(DependencyWait.run == run_id).push_token_sha256 == new.push_token_sha256

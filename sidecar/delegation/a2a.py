@@ -141,6 +141,7 @@ class _Answer:
 
 
 _KEPT_ALIVE_PER_ADDRESS = 16  # connections a route keeps (more may be open at once; the extra ones are closed)
+_CHUNK_BYTES = 64 * 1024  # an answer is read in pieces of at most this, its size and deadline checked between
 
 
 class _Route:
@@ -243,7 +244,6 @@ def _exchange_once(method: str, url: str, *, body: bytes | None, headers: dict, 
         _CALL.reset(token)
 
 
-_CHUNK_BYTES = 64 * 1024
 # Sent with every request; the call's own headers win. http.client adds `Accept-Encoding: identity`: no
 # compression is asked for, so the answer is read as it comes, within the size limit, and nothing is unpacked.
 _DEFAULT_HEADERS = {"User-Agent": f"nrllm-sidecar/{__version__}"}

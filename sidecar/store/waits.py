@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from .. import wakeup
-from ..domain import push_tokens
 from ..domain.clock import utcnow
 from ..domain.errors import LeaseLost
 from ..domain.lease import ClaimBatch
@@ -240,10 +239,6 @@ def poll_backed_off_now(remote_agent: str) -> int:
     if moved:
         notify.notify()
     return moved
-
-
-def push_token_digest(token: str) -> str:
-    return push_tokens.digest(token)
 
 
 def mark_unsealable(wait_id: str, unsealable: bool) -> None:
