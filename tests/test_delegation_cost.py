@@ -1,7 +1,8 @@
 """What a whole delegation cycle writes, counted with SQLite's statement trace (the other databases run the
 same store code): the segment that delegates, the poll that finds the answer and the segment that ends the
 run commit six transactions, each with one UPDATE of the run row. A transaction or an update more is a cost
-every delegation pays (docs/performance.md, "The delegation cycle"). And a push, read in one statement."""
+every delegation pays (docs/performance.md, "The delegation cycle"). Each of them inserts the events it
+takes sequences for in one statement. And a push, read in one statement."""
 
 import re
 
@@ -13,7 +14,7 @@ from sidecar.delegation.remote import client_for
 from sidecar.domain.errors import Unauthenticated
 from sidecar.domain.vocabulary import SegmentOutcome
 from sidecar.store import db as store_db
-from sidecar.store import remote_agents, waits
+from sidecar.store import events, remote_agents, waits
 from sidecar.store.models import DependencyWait, Outbound
 from tests.support.delegation import delegating_run, register
 from tests.support.runs import run_row
@@ -41,6 +42,10 @@ def _writes(statements: list[str]) -> tuple[int, int]:
             sum(re.match(r'(WITH .* )?UPDATE "runs"', s, re.DOTALL) is not None for s in statements))
 
 
+def _event_inserts(statements: list[str]) -> int:
+    return sum(s.startswith('INSERT INTO "run_events"') for s in statements)
+
+
 def test_a_delegation_cycle_writes_one_update_of_the_run_per_transaction(settings, peers, database_url):
     peer = peers.start(card="1.0")
     register("research", peer.url, poll=60)
@@ -51,6 +56,7 @@ def test_a_delegation_cycle_writes_one_update_of_the_run_per_transaction(setting
     assert outcome is SegmentOutcome.AWAITING_DEPENDENCY
     # The claim; the turn with its journal row; the send's outcome with the suspension.
     assert _writes(first) == (3, 3)
+    assert _event_inserts(first) == 3  # the suspension's three events (outcome, pause, status) in one of them
 
     coordinator = Coordinator(settings)
     polls = []  # the statements of each poll, until one finds the task completed
@@ -64,11 +70,17 @@ def test_a_delegation_cycle_writes_one_update_of_the_run_per_transaction(setting
     finally:
         coordinator.stop()
     assert _writes(polls[-1]) == (1, 1)  # the resolution
+    assert _event_inserts(polls[-1]) == 1  # resume, status, tool
 
     outcome, last = _statements_of(lambda: drive_segment(run_id, settings=settings))
     assert outcome is SegmentOutcome.COMPLETED
     # The claim; the final turn with the completion.
     assert _writes(last) == (2, 2)
+    assert _event_inserts(last) == 2
+    kinds = [event["kind"] for event in events.list_events(run_id)]
+    assert [event["sequence"] for event in events.list_events(run_id)] == list(range(1, len(kinds) + 1))
+    assert kinds == ["status", "status", "llm", "outbound", "outbound", "pause", "status", "resume",
+                     "status", "tool", "status", "llm", "status"]
     assert run_row(run_id).output.startswith("Remote said: ") and "the answer" in run_row(run_id).output
 
 

@@ -10,7 +10,7 @@ from sidecar.domain.errors import LeaseLost
 from sidecar.domain.lease import LeasePolicy
 from sidecar.domain.vocabulary import RunStatus
 from sidecar.store import db as store_db
-from sidecar.store import leases, migrations, runs
+from sidecar.store import events, leases, migrations, runs, statements
 from sidecar.store.models import Run, RunEvent
 from tests.support.runs import event_kinds, run_row, sequences
 
@@ -115,6 +115,19 @@ def test_event_sequence_is_gap_free_from_one(database_url):
     leases.finish(claim, RunStatus.COMPLETED, output="ok")
     assert sequences(run_id) == list(range(1, 24))
     assert event_kinds(run_id)[:2] == ["status", "status"] and event_kinds(run_id)[-1] == "status"
+
+
+def test_events_described_by_one_write_are_inserted_together_in_order(database_url):
+    """More events than one INSERT carries (statements.EVENTS_PER_INSERT), each with its own payload: all of
+    them, numbered in the order given, with the run's counter where the write left it."""
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    count = statements.EVENTS_PER_INSERT + 2
+    leases.fenced_update_with_events(claim, [("step", {"n": n, "text": f"ü{n}"}) for n in range(count)])
+    steps = [event for event in events.list_events(run_id) if event["kind"] == "step"]
+    assert [event["payload"] for event in steps] == [{"n": n, "text": f"ü{n}"} for n in range(count)]
+    assert sequences(run_id) == list(range(1, count + 3))
+    assert run_row(run_id).last_event_sequence == count + 2
 
 
 def test_renew_pushes_the_expiry_forward(database_url):

@@ -1,6 +1,7 @@
 """The per-run event log. Sequences are gap-free from 1: the run row's counter is bumped in the same
 transaction that inserts the event, under the same guard as the write the event describes."""
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -53,9 +54,26 @@ def append(run_id: str, guard, kind: str, payload: dict, *, also: dict | None = 
 def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     """Insert the event numbered `sequence`, a number the caller took by bumping the run's counter in this
     transaction (append() does both; the lease's hot path bumps the counter with the write it describes)."""
-    statements.insert_event(run_id, sequence, kind, utcnow(), json.dumps(payload, sort_keys=True))
-    if (listener := current().event_listeners.get(kind)) is not None:
-        database.after_commit(lambda: _tell(listener, run_id, kind, payload))
+    record_many([(run_id, sequence, kind, payload)])
+
+
+def record_many(numbered: list[tuple[str, int, str, dict]]) -> None:
+    """record() of several events, each `(run_id, sequence, kind, payload)`, in one INSERT: the events a
+    write transaction takes its sequences for at once (a suspension's three, a resolution's, a claim's runs)."""
+    at = utcnow()
+    statements.insert_events([(run_id, sequence, kind, at, json.dumps(payload, sort_keys=True))
+                              for run_id, sequence, kind, payload in numbered])
+    listeners = current().event_listeners
+    for run_id, _, kind, payload in numbered:
+        if (listener := listeners.get(kind)) is not None:
+            database.after_commit(functools.partial(_tell, listener, run_id, kind, payload))
+
+
+def numbered(run_id: str, last: int, described_by: list[tuple[str, dict]]) -> list[tuple[str, int, str, dict]]:
+    """The events `described_by` ((kind, payload) in their order) of one run numbered up to `last`, for
+    record_many()."""
+    first = last - len(described_by) + 1
+    return [(run_id, sequence, kind, payload) for sequence, (kind, payload) in enumerate(described_by, start=first)]
 
 
 def list_events(run_id: str, after: int = 0, limit: int = 1000) -> list[dict]:

@@ -52,9 +52,12 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
     if supports_returning():
         # One statement picks and claims the runs and returns their rows as written: the segments' runs,
         # without a read of their own after the commit.
-        for run in statements.claim_queued_rows(limit, values, add):
+        rows = statements.claim_queued_rows(limit, values, add)
+        for run in rows:
             claims.rows[run.id] = run
-            _claimed(claims, run.id, run.lease_epoch, run.last_event_sequence, holder)
+            claims.append(Claim(run.id, run.lease_epoch, holder))
+        events.record_many([(run.id, run.last_event_sequence, "status", {"from": QUEUED, "to": RUNNING})
+                            for run in rows])
         return claims
     for run_id in statements.queued_run_ids(limit):
         claimed = statements.update_run(run_id, where={"status": QUEUED}, values=values, add=add,
@@ -109,9 +112,7 @@ def fenced_update_with_events(claim: Claim, described_by: list[tuple[str, dict]]
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
-    first = written[0] - len(described_by) + 1
-    for sequence, (kind, payload) in enumerate(described_by, start=first):
-        events.record(claim.run_id, sequence, kind, payload)
+    events.record_many(events.numbered(claim.run_id, written[0], described_by))
     return written
 
 

@@ -77,8 +77,7 @@ def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str
     run = statements.run_from_row(returning, written) if whole_row else None
     epoch, sequence = (run.lease_epoch, run.last_event_sequence) if run else written
     if not cancel_remote:
-        for number, (kind, payload) in enumerate(described, start=sequence - events_taken + 1):
-            events.record(wait.run_id, number, kind, payload)
+        events.record_many(events.numbered(wait.run_id, sequence, described))
     statements.insert_values(ToolResult, {"run_id": wait.run_id, "tool_call_id": wait.tool_call_id,
                                           "turn_index": turn_index, "name": "delegate_to_agent", "result": result,
                                           "created_at": now})

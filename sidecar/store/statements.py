@@ -435,14 +435,26 @@ def _returning_text(syntax: Syntax, sql: str, returning: tuple) -> str:
     return f"{sql} RETURNING {_names(syntax, returning)}"
 
 
-def insert_event(run_id: str, sequence: int, kind: str, at, payload_json: str) -> None:
-    """INSERT the event. On PostgreSQL inside a transaction the insert is deferred to the transaction's next
-    statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase)."""
+# Events one statement inserts at most: a transaction writes a few (a suspension three, a resolution up to four).
+EVENTS_PER_INSERT = 50
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_events_text(syntax: Syntax, count: int) -> str:
+    row = f"({_placeholders(syntax, len(_EVENT_COLUMNS))})"
+    return (f"INSERT INTO {_name(syntax, 'run_events')} ({_names(syntax, _EVENT_COLUMNS)})"
+            f" VALUES {', '.join([row] * count)}")
+
+
+def insert_events(rows: list[tuple]) -> None:
+    """INSERT the events, each `(run_id, sequence, kind, at, payload_json)`, in one statement (one per
+    EVENTS_PER_INSERT): each statement costs its execution however few rows it carries, on PostgreSQL in the
+    server's process too. On PostgreSQL inside a transaction the insert is deferred to the transaction's next
+    statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase): nothing reads its result."""
     syntax = _syntax()
-    values = (run_id, sequence, kind, _EVENT_AT.db_value(at), payload_json)
-    sql = _insert_text(syntax, "run_events", _EVENT_COLUMNS)
-    if syntax.dialect != "postgresql":
-        database.execute_kept(sql, values)
-        return
-    # Nothing reads the insert's result: it goes to the server with the transaction's next statement.
-    database.defer_kept(sql, values)
+    run = database.execute_kept if syntax.dialect != "postgresql" else database.defer_kept
+    for start in range(0, len(rows), EVENTS_PER_INSERT):
+        chunk = rows[start:start + EVENTS_PER_INSERT]
+        params = [value for run_id, sequence, kind, at, payload in chunk
+                  for value in (run_id, sequence, kind, _EVENT_AT.db_value(at), payload)]
+        run(_insert_events_text(syntax, len(chunk)), params)

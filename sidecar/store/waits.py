@@ -90,8 +90,6 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, r
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
     generation, sequence, run_deadline, origin, cancel_requested_at = written
-    if record_outcome:
-        events.record(claim.run_id, sequence - 2, "outbound", outbound.outbound_payload(row, outbound.SENT_NOTE))
     status_guard.check(WAITING, origin)
     due = earliest(s.deadline_at, Run.deadline_at.python_value(run_deadline))
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
@@ -104,12 +102,14 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, r
         key_fingerprint=s.key_fingerprint, since=now, deadline_at=s.deadline_at, next_poll_at=next_poll_at,
         push_token_sha256=s.push_token_sha256,
     ))
-    events.record(claim.run_id, sequence - 1, "pause", {
-        "kind": "dependency", "pause_id": wait_id, "generation": generation, "tool_call_id": s.tool_call_id,
-        "remote_agent": s.remote_agent, "outbound_id": s.outbound_id, "outcome": s.outcome,
-        "remote_task_id": s.remote_task_id,
-    })
-    events.record(claim.run_id, sequence, "status", {"from": leases.RUNNING, "to": WAITING})
+    described = [("outbound", outbound.outbound_payload(row, outbound.SENT_NOTE))] if record_outcome else []
+    described += [
+        ("pause", {"kind": "dependency", "pause_id": wait_id, "generation": generation,
+                   "tool_call_id": s.tool_call_id, "remote_agent": s.remote_agent, "outbound_id": s.outbound_id,
+                   "outcome": s.outcome, "remote_task_id": s.remote_task_id}),
+        ("status", {"from": leases.RUNNING, "to": WAITING}),
+    ]
+    events.record_many(events.numbered(claim.run_id, sequence, described))
     notify.notify()  # a coordinator sleeping until the next due time must learn of this one
     return SuspendedOn(wait_id, cancel_requested_at is not None)
 
