@@ -57,14 +57,14 @@ def record(run_id: str, sequence: int, kind: str, payload: dict) -> None:
     record_many([(run_id, sequence, kind, payload)])
 
 
-def record_many(numbered: list[tuple[str, int, str, dict]]) -> None:
+def record_many(numbered_events: list[tuple[str, int, str, dict]]) -> None:
     """record() of several events, each `(run_id, sequence, kind, payload)`, in one INSERT: the events a
     write transaction takes its sequences for at once (a suspension's three, a resolution's, a claim's runs)."""
     at = utcnow()
     statements.insert_events([(run_id, sequence, kind, at, json.dumps(payload, sort_keys=True))
-                              for run_id, sequence, kind, payload in numbered])
+                              for run_id, sequence, kind, payload in numbered_events])
     listeners = current().event_listeners
-    for run_id, _, kind, payload in numbered:
+    for run_id, _, kind, payload in numbered_events:
         if (listener := listeners.get(kind)) is not None:
             database.after_commit(functools.partial(_tell, listener, run_id, kind, payload))
 

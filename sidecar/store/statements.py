@@ -452,9 +452,9 @@ def insert_events(rows: list[tuple]) -> None:
     server's process too. On PostgreSQL inside a transaction the insert is deferred to the transaction's next
     statement or its COMMIT (store/db.py, SidecarPostgresqlDatabase): nothing reads its result."""
     syntax = _syntax()
-    run = database.execute_kept if syntax.dialect != "postgresql" else database.defer_kept
+    execute = database.execute_kept if syntax.dialect != "postgresql" else database.defer_kept
     for start in range(0, len(rows), EVENTS_PER_INSERT):
         chunk = rows[start:start + EVENTS_PER_INSERT]
         params = [value for run_id, sequence, kind, at, payload in chunk
                   for value in (run_id, sequence, kind, _EVENT_AT.db_value(at), payload)]
-        run(_insert_events_text(syntax, len(chunk)), params)
+        execute(_insert_events_text(syntax, len(chunk)), params)
