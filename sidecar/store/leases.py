@@ -53,25 +53,21 @@ def claim_queued(holder: str, limit: int, lease: LeasePolicy) -> ClaimBatch:
         # One statement picks and claims the runs and returns their rows as written: the segments' runs,
         # without a read of their own after the commit.
         rows = statements.claim_queued_rows(limit, values, add)
-        for run in rows:
-            claims.rows[run.id] = run
-            claims.append(Claim(run.id, run.lease_epoch, holder))
-        events.record_many([(run.id, run.last_event_sequence, "status", {"from": QUEUED, "to": RUNNING})
-                            for run in rows])
-        return claims
-    for run_id in statements.queued_run_ids(limit):
-        claimed = statements.update_run(run_id, where={"status": QUEUED}, values=values, add=add,
-                                        returning=("lease_epoch", "last_event_sequence"))
-        if claimed is None:
-            claims.conflicts += 1
-            continue
-        _claimed(claims, run_id, *claimed, holder)
+        claims.rows.update((run.id, run) for run in rows)
+        claimed = [(run.id, run.lease_epoch, run.last_event_sequence) for run in rows]
+    else:
+        claimed = []
+        for run_id in statements.queued_run_ids(limit):
+            written = statements.update_run(run_id, where={"status": QUEUED}, values=values, add=add,
+                                            returning=("lease_epoch", "last_event_sequence"))
+            if written is None:
+                claims.conflicts += 1
+                continue
+            claimed.append((run_id, *written))
+    events.record_many([(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})
+                        for run_id, _, sequence in claimed])
+    claims.extend(Claim(run_id, epoch, holder) for run_id, epoch, _ in claimed)
     return claims
-
-
-def _claimed(claims: ClaimBatch, run_id: str, epoch: int, sequence: int, holder: str) -> None:
-    events.record(run_id, sequence, "status", {"from": QUEUED, "to": RUNNING})
-    claims.append(Claim(run_id, epoch, holder))
 
 
 def fence(claim: Claim) -> list:
