@@ -581,3 +581,18 @@ def test_the_guard_refuses_an_https_address_before_any_handshake(tmp_path):
         result = send(refused, "hello", message_id="m-refused")
         assert result.outcome == "not_delivered" and "loopback" in result.error
         assert agent.handshakes == 0
+
+
+def test_failure_texts_name_what_failed_even_without_a_message():
+    """The texts a failed call is recorded with: an exception without a message still says what it was (an
+    exception object is always true, so its text is what is tested), and an OSError without an errno gives its
+    reason alone."""
+    call = a2a._Call(AllowList([]), "http://127.0.0.1:1/", sent=True)
+    assert a2a._describe(ConnectionResetError(), 5, call) == "the connection broke: ConnectionResetError()"
+    assert a2a._describe(ConnectionResetError(104, "Connection reset by peer"), 5, call) == \
+        "the connection broke: [Errno 104] Connection reset by peer"
+    unsent = a2a._Call(AllowList([]), "http://127.0.0.1:1/")
+    assert a2a._describe(ConnectionRefusedError(111, "Connection refused"), 5, unsent) == \
+        "[Errno 111] Connection refused"
+    assert a2a._describe(OSError(None, "no route"), 5, unsent) == "no route"
+    assert a2a._describe(TimeoutError(), 5, unsent) == "connecting timed out after 5s"

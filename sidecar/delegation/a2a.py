@@ -259,9 +259,9 @@ def _describe(exc: Exception, timeout: float, call: _Call) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer within {timeout:g}s" if call.sent else f"connecting timed out after {timeout:g}s"
     if isinstance(exc, (ConnectionError, http.client.IncompleteRead, http.client.BadStatusLine)) and call.sent:
-        return f"the connection broke: {exc or type(exc).__name__}"
+        return f"the connection broke: {str(exc) or repr(exc)}"  # an exception is never falsy: test its text
     if isinstance(exc, OSError) and exc.strerror:
-        return str(exc)  # "[Errno 111] Connection refused"
+        return str(exc) if exc.errno else exc.strerror  # "[Errno 111] Connection refused"; no "[Errno None]"
     return f"{type(exc).__name__}: {exc}"
 
 
