@@ -1,6 +1,9 @@
 """PostgreSQL: the store's kept statements are prepared once per connection and executed by name after, on a
 real server (store/db.py, SidecarPostgresqlDatabase)."""
 
+import contextlib
+
+import psycopg2.extensions
 import pytest
 from peewee import IntegrityError, ProgrammingError
 
@@ -18,6 +21,64 @@ def _prepared(text_part: str) -> list[str]:
     rows = store_db.database.execute_sql(
         "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", (f"%{text_part}%",)).fetchall()
     return [statement for (statement,) in rows]
+
+
+@contextlib.contextmanager
+def _round_trips():
+    """What this thread's connection sends the server meanwhile, one text a round trip (peewee sends even BEGIN
+    and COMMIT through a cursor)."""
+    sent: list[str] = []
+
+    class Recording(psycopg2.extensions.cursor):
+        def execute(self, query, vars=None):
+            sent.append(query.decode() if isinstance(query, bytes) else query)
+            return super().execute(query, vars)
+
+    connection = store_db.database.connection()
+    connection.cursor_factory = Recording
+    try:
+        yield sent
+    finally:
+        connection.cursor_factory = None
+
+
+def _turn(run_id: str, index: int) -> dict:
+    return {"run_id": run_id, "index": index, "message": "{}", "tokens": 0, "cost": 0.0, "created_at": utcnow()}
+
+
+@POSTGRESQL
+def test_writes_nobody_reads_go_with_the_commit(database_url):
+    run_id = runs.create_run("owner", "hi")
+    for index in range(2):  # the first time also prepares each statement, a round trip each
+        with _round_trips() as sent, store_db.database.atomic():
+            sequence = statements.update_run(run_id, where={}, values={}, add={"last_event_sequence": 1},
+                                             returning=("last_event_sequence",))[0]
+            statements.insert_values(ModelTurn, _turn(run_id, index), deferred=True)
+            events.record(run_id, sequence, "step", {})
+            statements.add_to(Run, "iterations_used", 1, id=run_id)
+            sent_before_commit = len(sent)
+    assert sent_before_commit == 1  # BEGIN with the UPDATE, whose answer is read
+    assert len(sent) == 2
+    assert sent[1].count("; ") == 3 and sent[1].endswith("; COMMIT")  # the turn, the event, the counter
+    assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 2
+    assert statements.select_value(Run, "iterations_used", id=run_id) == 2
+
+
+@POSTGRESQL
+def test_a_deferred_write_that_fails_undoes_its_whole_transaction(database_url):
+    run_id = runs.create_run("owner", "hi")
+    reached = []
+    with pytest.raises(IntegrityError), store_db.database.atomic():
+        statements.update_where(Run, {"id": run_id}, {"workspace": "changed"})
+        statements.insert_values(ModelTurn, _turn("no such run", 0), deferred=True)
+        reached.append("after the insert")  # nothing was sent: its failure comes with the COMMIT
+    assert reached == ["after the insert"]
+    assert statements.select_value(Run, "workspace", id=run_id) == "0"
+    # Undeferred, the same insert fails where it is made.
+    with pytest.raises(IntegrityError), store_db.database.atomic():
+        statements.insert_values(ModelTurn, _turn("no such run", 0))
+        reached.append("never")
+    assert reached == ["after the insert"]
 
 
 @POSTGRESQL

@@ -79,10 +79,14 @@ POOL_WAIT_SECONDS = 10
 
 
 class _NothingPrepared:
-    """execute_kept() of a database that prepares nothing: the statement as it is."""
+    """execute_kept() of a database that prepares nothing: the statement as it is; and defer_kept() of one that
+    sends nothing later: the statement now."""
 
     def execute_kept(self, sql: str, params=()):
         return self.execute_sql(sql, params)
+
+    def defer_kept(self, sql: str, params=()) -> None:
+        self.execute_sql(sql, params)
 
 
 class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):

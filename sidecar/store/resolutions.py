@@ -80,7 +80,7 @@ def _resolve(wait: DependencyWait, turn_index: int, result: str, resolution: str
         events.record_many(events.numbered(wait.run_id, sequence, described))
     statements.insert_values(ToolResult, {"run_id": wait.run_id, "tool_call_id": wait.tool_call_id,
                                           "turn_index": turn_index, "name": "delegate_to_agent", "result": result,
-                                          "created_at": now})
+                                          "created_at": now}, deferred=True)
     return (Claim(wait.run_id, epoch, taker[0]), run) if taker is not None else None
 
 

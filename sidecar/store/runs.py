@@ -22,7 +22,7 @@ BUDGET_LIMITS = ("max_delegations", "max_bytes", "max_tokens", "max_cost", "max_
 @transactional
 def _insert_queued(values: dict) -> Run:
     values = {**values, "last_event_sequence": 1}  # its first event, inserted next
-    statements.insert_row(Run, values)
+    statements.insert_row(Run, values, deferred=True)  # a new id: no duplicate key to expect
     events.record(values["id"], 1, "status", {"from": None, "to": RunStatus.QUEUED.value})
     return Run(**values)  # the row as inserted, without reading it back
 

@@ -80,7 +80,7 @@ def _counts(tokens: int, cost: float) -> dict:
 def _insert_turn(claim: Claim, index: int, message: dict, tokens: int, cost: float) -> None:
     statements.insert_values(ModelTurn, {
         "run_id": claim.run_id, "index": index, "message": json.dumps(message, sort_keys=True), "tokens": tokens,
-        "cost": cost, "created_at": utcnow()})
+        "cost": cost, "created_at": utcnow()}, deferred=True)
 
 
 @transactional
@@ -97,7 +97,7 @@ def save_tool_result(
                              **({"pending_effect": None} if clear_pending_effect else {}))
     statements.insert_values(ToolResult, {
         "run_id": claim.run_id, "tool_call_id": tool_call_id, "turn_index": turn_index, "name": name,
-        "result": result, "created_at": utcnow()})
+        "result": result, "created_at": utcnow()}, deferred=True)
 
 
 def load(run_id: str) -> tuple[list[dict], dict[str, str]]:

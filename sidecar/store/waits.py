@@ -101,7 +101,7 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, r
         remote_agent=s.remote_agent, outbound_id=s.outbound_id, checkpoint=s.checkpoint,
         key_fingerprint=s.key_fingerprint, since=now, deadline_at=s.deadline_at, next_poll_at=next_poll_at,
         push_token_sha256=s.push_token_sha256,
-    ))
+    ), deferred=True)
     described = [("outbound", outbound.outbound_payload(row, outbound.SENT_NOTE))] if record_outcome else []
     described += [
         ("pause", {"kind": "dependency", "pause_id": wait_id, "generation": generation,
