@@ -178,11 +178,12 @@ class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
     """Fewer round trips: each costs the server's answer and, in this process, a send, a wait and a receive
     (docs/performance.md, "The delegation cycle").
 
-    BEGIN, and the statements a transaction defers (`defer`: the inserts of its events, whose results nobody
-    reads), go to the server with the transaction's next statement or its COMMIT, as one query string, in the
-    order they were made. PostgreSQL runs them in that order, stops at the first that fails (the error is
-    raised by the call that sent them, and the transaction is undone as before), and takes a transaction's
-    snapshot at its first statement, not at BEGIN, so nothing it reads or locks changes. A transaction that
+    BEGIN, and the statements a transaction defers (`defer`: writes whose results nobody reads, such as the
+    inserts of its events, of a turn or of a wait, store/statements.py), go to the server with the
+    transaction's next statement or its COMMIT, as one query string, in the order they were made. PostgreSQL
+    runs them in that order, stops at the first that fails (the error is raised by the call that sent them,
+    and the transaction is undone as before), and takes a transaction's snapshot at its first statement, not
+    at BEGIN, so nothing it reads or locks changes. A transaction that
     ran no statement sends neither BEGIN nor its COMMIT or ROLLBACK; a rollback drops what was deferred.
 
     A connection lent again by the pool is asked `SELECT 1` only when its socket has something to read:
