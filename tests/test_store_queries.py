@@ -2,6 +2,7 @@
 place with SQL): counts by status and origin, the ping, a delegation settled with its tool result, a send
 journalled by a first attempt, and the runs list of an actor."""
 
+import logging
 import uuid
 
 import pytest
@@ -84,6 +85,42 @@ def test_a_settlement_under_a_lost_lease_writes_nothing(open_gate):
     assert (after.delegations_used, after.bytes_used) == (0, 0)
     assert outbound.get(row.id).outcome == "pending", "the outcome's write went back with the rest"
     assert turns.load(run_id)[1] == {}
+
+
+def test_a_runs_turns_and_results_are_read_in_one_statement_in_order(open_gate):
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    runs.create_run("owner", "another run's turn is not read")
+    saved = [(1, {"content": "second", "n": 2}, 7, 0.25), (0, {"content": "first"}, 3, 0.0),
+             (2, {"content": "third \u00e9"}, 0, 1.5)]
+    for index, message, tokens, cost in saved:  # not in order: the read orders them
+        turns.save_turn(claim, index, message, tokens, cost, {"index": index})
+    for call_id, result in (("call_b", "B"), ("call_a", "")):
+        turns.save_tool_result(claim, 0, call_id, "echo", result, {"result": result}, clear_pending_effect=False)
+
+    loaded, statements_run = _counting_statements(lambda: turns.load(run_id))
+    in_order = sorted(saved, key=lambda turn: turn[0])
+    assert loaded == ([{"index": i, "message": m, "tokens": t, "cost": c} for i, m, t, c in in_order],
+                      {"call_a": "", "call_b": "B"})
+    assert statements_run == 1
+    assert turns.load(runs.create_run("owner", "nothing saved")) == ([], {})
+
+
+def _counting_statements(fn):
+    """fn()'s result and how many statements the store sent meanwhile (peewee logs each one it sends), but
+    PostgreSQL's PREPARE of a statement, once per connection."""
+    sent = []
+    handler = logging.Handler()
+    handler.emit = lambda record: None if str(record.msg[0]).startswith("PREPARE") else sent.append(record)
+    peewee_log = logging.getLogger("peewee")
+    level = peewee_log.level
+    peewee_log.addHandler(handler)
+    peewee_log.setLevel(logging.DEBUG)
+    try:
+        return fn(), len(sent)
+    finally:
+        peewee_log.removeHandler(handler)
+        peewee_log.setLevel(level)
 
 
 def _send(claim, message_id: str, body: str, **extra):

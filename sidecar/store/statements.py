@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..domain.vocabulary import RunStatus
 from .db import database, dialect_of, returning_in
-from .models import DependencyWait, Outbound, Run, RunEvent
+from .models import DependencyWait, ModelTurn, Outbound, Run, RunEvent, ToolResult
 
 _RUN_FIELDS = Run._meta.columns  # column name -> field
 RUN_COLUMNS = tuple(_RUN_FIELDS)  # every column of a run
@@ -267,6 +267,33 @@ def sends_with_waits(run_id: str, kind: str) -> list[tuple]:
         wait = None if row[split] is None else _from_row(DependencyWait, _WAIT_FIELD_LIST, row[split:])
         found.append((_from_row(Outbound, _OUTBOUND_FIELD_LIST, row[:split]), wait))
     return found
+
+
+_TURN_COLUMNS = ("index", "message", "tokens", "cost")
+_RESULT_COLUMNS = ("tool_call_id", "result")
+
+
+@functools.lru_cache(maxsize=8)
+def _turns_and_results_text(syntax: Syntax) -> str:
+    nulls = ", ".join(["NULL"] * len(_RESULT_COLUMNS))
+    where = f"WHERE {_name(syntax, 'run_id')} = {syntax.param}"
+    return (f"SELECT 0, {_names(syntax, _TURN_COLUMNS)}, {nulls} FROM {_name(syntax, 'model_turns')} {where}"
+            f" UNION ALL SELECT 1, {', '.join(['NULL'] * len(_TURN_COLUMNS))}, {_names(syntax, _RESULT_COLUMNS)}"
+            f" FROM {_name(syntax, 'tool_results')} {where} ORDER BY 1, 2")
+
+
+def turns_and_results(run_id: str) -> tuple[list[tuple], list[tuple]]:
+    """The run's model turns (index, message, tokens, cost) in order, and its tool results (call id, result):
+    what a resumed segment replays, in one read instead of one per table."""
+    turn_fields = [ModelTurn._meta.columns[c].python_value for c in _TURN_COLUMNS]
+    result_fields = [ToolResult._meta.columns[c].python_value for c in _RESULT_COLUMNS]
+    turns, results, split = [], [], 1 + len(_TURN_COLUMNS)
+    for row in database.execute_kept(_turns_and_results_text(_syntax()), (run_id, run_id)):
+        if row[0] == 0:
+            turns.append(tuple(convert(v) for convert, v in zip(turn_fields, row[1:split], strict=True)))
+        else:
+            results.append(tuple(convert(v) for convert, v in zip(result_fields, row[split:], strict=True)))
+    return turns, results
 
 
 @functools.lru_cache(maxsize=1024)

@@ -102,10 +102,6 @@ def save_tool_result(
 
 def load(run_id: str) -> tuple[list[dict], dict[str, str]]:
     """The run's saved turns in order ({"index", "message", "tokens", "cost"}) and its results by call id."""
-    turns = [
-        {"index": index, "message": json.loads(message), "tokens": tokens, "cost": cost}
-        for index, message, tokens, cost in statements.select_rows(
-            ModelTurn, ("index", "message", "tokens", "cost"), order_by="index", run_id=run_id)
-    ]
-    results = dict(statements.select_rows(ToolResult, ("tool_call_id", "result"), run_id=run_id))
-    return turns, results
+    turns, results = statements.turns_and_results(run_id)
+    return ([{"index": index, "message": json.loads(message), "tokens": tokens, "cost": cost}
+             for index, message, tokens, cost in turns], dict(results))
