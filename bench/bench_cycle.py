@@ -343,7 +343,7 @@ def print_row(row: Row, quick: bool) -> None:
     verdicts = ", ".join(f"{what} {verdict(floor, met, quick)}" for what, floor, met in floors_of(row))
     print(f"{row.dialect:<11}{row.phase.agent:<9}{row.phase.in_flight:>10}{row.phase.runs:>6}"
           f"{row.commits_per_second:>10.0f}{row.cycles_per_second:>9.1f}{percentile(row.latencies_ms, 0.5):>8.0f}"
-          f"{percentile(row.latencies_ms, 0.99):>8.0f}{row.api_ms:>8.2f}{workers:>14}{row.total_ms:>8.2f}"
+          f"{percentile(row.latencies_ms, 0.99):>8.0f}{row.api_ms:>8.2f} {workers:>13}{row.total_ms:>8.2f}"
           f"{'-' if math.isnan(row.db_ms) else f'{row.db_ms:.1f}':>7}  {verdicts}",
           flush=True)
 

@@ -58,6 +58,10 @@ class Worker:
         # filled every free one. Only then does a finishing segment wake the loop; a run queued meanwhile
         # wakes it anyway (wakeup.runs_queued, the doorbell).
         self._run_may_wait = False
+        # Companions told whether a thread is free when that changes (the doorbell: a queued run rings a
+        # process with one first, store/doorbell.py), and what they were told last.
+        self._told_free = [c.threads_free for c in self.companions if hasattr(c, "threads_free")]
+        self._free_as_told = True
         self._active_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -172,6 +176,15 @@ class Worker:
         """Threads neither busy nor held for a claim; the caller holds _active_lock."""
         return self.concurrency - len(self._active) - self._reserved
 
+    def _slots_changed(self) -> None:
+        """After a thread was taken or freed, under _active_lock: the companions learn whether one is free
+        when that changed (under the lock, so they learn the changes in their order)."""
+        free = self._free_slots_held() > 0
+        if free != self._free_as_told:
+            self._free_as_told = free
+            for tell in self._told_free:
+                tell(free)
+
     def reserve_slot(self) -> bool:
         """Hold a thread for a run that this process is about to claim itself (a resolution that resumes it);
         False when none is free or the worker is stopping. A True is followed by take_reserved()."""
@@ -179,6 +192,7 @@ class Worker:
             if self._stopping.is_set() or self._free_slots_held() <= 0:
                 return False
             self._reserved += 1
+            self._slots_changed()
             return True
 
     def take_reserved(self, claimed: "tuple[leases.Claim, object] | None") -> None:
@@ -193,6 +207,7 @@ class Worker:
                 self._reserved -= 1
                 if segment is not None:
                     self._active[segment.run_id] = segment
+                self._slots_changed()
         if segment is None:
             self._wake.set()  # a free slot again, for the loop (the slot was held, not counted free)
             return
@@ -260,6 +275,7 @@ class Worker:
         segment = self._segment(claim, run)
         with self._active_lock:
             self._active[claim.run_id] = segment
+            self._slots_changed()
         self._begin(segment)
 
     @staticmethod
@@ -279,6 +295,7 @@ class Worker:
             finally:
                 with self._active_lock:
                     self._active.pop(segment.run_id, None)
+                    self._slots_changed()
                     wake = self._run_may_wait
                 if wake:
                     self._wake.set()  # a thread free for a run that may be waiting

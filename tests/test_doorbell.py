@@ -1,17 +1,22 @@
 """The doorbell (store/doorbell.py), with real sockets and real processes, on every database: a ring wakes the
-process whose doorbell it is, a dead process's socket is removed, and a run POSTed to `serve --no-worker`
-reaches a worker process that polls its queue only once an hour."""
+process whose doorbell it is, a dead process's socket is removed, a queued run rings one process with a
+thread free, and a run POSTed to `serve --no-worker` reaches a worker process that polls its queue only once
+an hour."""
 
 import os
 import socket
 import threading
 import uuid
+from pathlib import Path
 
 import requests
 
 from sidecar import wakeup
+from sidecar.domain.lease import LeasePolicy
 from sidecar.store import doorbell, tokens
 from sidecar.store.db import dialect
+from sidecar.testing import StepExecutor
+from sidecar.worker import Worker
 from tests.support.api import as_host
 from tests.support.runs import run_row
 from tests.support.servers import STEPS, start_serve
@@ -54,7 +59,7 @@ def drained(sock: socket.socket) -> bytes:
             return rings
 
 
-def test_a_wait_due_rings_one_worker_process_in_turn_and_a_queued_run_rings_every_one(database_url):
+def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_url):
     folder = doorbell.directory()
     folder.mkdir(mode=0o700, exist_ok=True)
     bells = []
@@ -77,13 +82,61 @@ def test_a_wait_due_rings_one_worker_process_in_turn_and_a_queued_run_rings_ever
             rings = [drained(bell) for bell in bells]
             assert b"".join(rings) == b"dddd" and all(rings), rings
             assert not dead.exists()
+        # A queued run is claimed by one process: the others' claims would find nothing.
+        for _ in range(2):
+            wakeup.runs_queued()
+        rings = [drained(bell) for bell in bells]
+        assert b"".join(rings) == b"qq" and all(rings), rings
+        # A process whose threads are all busy is passed over while another has one free.
+        busy = [Path(bell.getsockname() + doorbell.BUSY_SUFFIX) for bell in bells]
+        busy[0].touch()
+        for _ in range(3):
+            wakeup.runs_queued()
+        assert [drained(bell) for bell in bells] == [b"", b"qqq"]
+        # With every one busy, all are rung: each looks again when a thread of its own is free.
+        busy[1].touch()
         wakeup.runs_queued()
         assert [drained(bell) for bell in bells] == [b"q", b"q"]
+        # A waiting wait is not a queued run: a busy process's coordinator is rung as before.
+        for _ in range(2):
+            wakeup.dependencies_due()
+        if dialect() != "postgresql":
+            assert b"".join(drained(bell) for bell in bells) == b"dd"
     finally:
         for bell in bells:
             os.unlink(bell.getsockname())
             bell.close()
+        for marker in folder.glob(f"*{doorbell.BUSY_SUFFIX}"):
+            marker.unlink()
         dead.unlink(missing_ok=True)
+
+
+def test_a_worker_marks_its_doorbell_busy_while_no_thread_is_free(database_url):
+    bell = doorbell.Doorbell()
+    bell.start()
+    worker = Worker(StepExecutor(), LeasePolicy(30), concurrency=2, companions=(bell,))  # not started: its slots
+    marker = Path(str(bell.path) + doorbell.BUSY_SUFFIX)
+    try:
+        assert worker.reserve_slot() and not marker.exists()  # one thread of two taken
+        assert worker.reserve_slot() and marker.exists()  # none free
+        worker.take_reserved(None)  # a claim that found nothing gives its thread back
+        assert not marker.exists()
+        assert worker.reserve_slot() and marker.exists()
+        # A process killed while busy leaves both files: the next ring removes them, and rings another.
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        other.bind(str(bell.path.parent / f"zz-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"))
+        other.setblocking(False)
+        bell.stop()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as gone:
+            gone.bind(str(bell.path))  # as if it were still there, read by nobody
+        marker.touch()
+        Path(other.getsockname() + doorbell.BUSY_SUFFIX).touch()  # every live one busy: all are rung
+        assert doorbell.ring(doorbell.RUNS_QUEUED, one=True) == 1
+        assert drained(other) == b"q" and not bell.path.exists() and not marker.exists()
+    finally:
+        bell.stop()
+        for leftover in bell.path.parent.glob("zz-*"):
+            leftover.unlink()
 
 
 def test_a_run_posted_to_the_api_reaches_a_worker_process_that_polls_the_queue_hourly(database_url, tmp_path):

@@ -14,8 +14,10 @@ non-blocking send of one byte, `q` for runs queued to every socket of that direc
 to one of them, in turn; a socket whose process is gone is removed (and the next one rung instead). Any
 coordinator claims every wait that is due, so one woken is enough: woken all, every other one made a claim
 that found nothing, a write transaction each (on SQLite a turn of the one writer's lock). A queued run
-still wakes every process: only one with a free thread claims it, and the ringing process cannot know
-which has one. A ring is only a hint, as an in-process wake-up is: a lost one
+rings one process too, in turn among those with a thread free: a process whose threads are all busy marks
+its doorbell with a file beside it (`<socket>.busy`, `Doorbell.threads_free`). When every process is
+marked, all are rung: each then looks again as soon as a thread of its own is free. A ring is only a
+hint, as an in-process wake-up is: a lost one
 (a full buffer, a worker started a moment later, processes on other machines) costs what it cost
 before, the next poll; nothing is ever taken from the datagram but the reason to look.
 """
@@ -39,6 +41,7 @@ log = logging.getLogger("nrllm_sidecar.doorbell")
 RUNS_QUEUED = b"q"
 DEPENDENCIES_DUE = b"d"
 SUFFIX = ".bell"
+BUSY_SUFFIX = ".busy"  # appended to a doorbell's name: that process has no thread free for a queued run
 _STOP = b"s"  # a doorbell's own thread, told to end
 
 
@@ -96,14 +99,25 @@ class _Ringer:
 
     def ring(self, what: bytes, *, one: bool = False) -> int:
         """Send `what` to every doorbell of the bound database, or with `one` to the next one in turn that
-        can be rung; returns how many were rung."""
+        can be rung (for RUNS_QUEUED, among those not marked busy; all if every one is); returns how many
+        were rung."""
         folder = directory()
         if folder is None:
             return 0
         try:
-            entries = sorted(e.path for e in os.scandir(folder) if e.name.endswith(SUFFIX))
+            names = [e.name for e in os.scandir(folder)]
         except FileNotFoundError:
             return 0  # no worker process has one
+        bells = sorted(name for name in names if name.endswith(SUFFIX))
+        if one and what == RUNS_QUEUED:
+            # One process with a thread free claims it; woken all, the others' claims would find nothing.
+            busy = {name.removesuffix(BUSY_SUFFIX) for name in names if name.endswith(BUSY_SUFFIX)}
+            free = [name for name in bells if name not in busy]
+            if free:
+                bells = free
+            else:
+                one = False  # every one looks again when a thread of its own is free
+        entries = [os.path.join(folder, name) for name in bells]
         rung = 0
         with self._lock:
             sender = self._sender()
@@ -120,8 +134,9 @@ class _Ringer:
                 except BlockingIOError:
                     rung += 1  # its buffer is full of rings it has yet to read: it will look anyway
                 except (ConnectionRefusedError, FileNotFoundError):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)  # its process ended without removing it (killed)
+                    for leftover in (path, path + BUSY_SUFFIX):  # its process ended without removing them (killed)
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(leftover)
                 except OSError as exc:
                     log.debug("ringing %s failed: %s", path, exc)
         return rung
@@ -155,7 +170,7 @@ class _RingOnSet:
         if self.what == DEPENDENCIES_DUE and dialect() == "postgresql":
             return  # NOTIFY tells every listening coordinator already, on any machine
         try:
-            ring(self.what, one=self.what == DEPENDENCIES_DUE)
+            ring(self.what, one=True)
         except Exception:  # a wake-up is a hint: the commit it follows stands, and the next poll finds it
             log.exception("ringing the worker processes failed")
 
@@ -195,6 +210,21 @@ class Doorbell:
         self._thread = thread(self._serve, name="doorbell")  # wakes the application that started it
         self._thread.start()
 
+    def threads_free(self, free: bool) -> None:
+        """The worker says whether it has a thread free (it says so when that changes): a queued run rings
+        processes with one first. Marked busy by a file beside the socket, which a ring reads with the
+        directory it reads anyway."""
+        if self.path is None:
+            return
+        marker = Path(str(self.path) + BUSY_SUFFIX)
+        try:
+            if free:
+                marker.unlink(missing_ok=True)
+            else:
+                marker.touch(mode=0o600)
+        except OSError as exc:  # a hint only: unmarked, this process is rung and finds no thread free
+            log.debug("doorbell mark %s failed: %s", marker, exc)
+
     def stop(self) -> None:
         if self._socket is None:
             return
@@ -204,8 +234,9 @@ class Doorbell:
             poke.sendto(_STOP, str(self.path))
         if self._thread is not None:
             self._thread.join(5)
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        for leftover in (self.path, Path(str(self.path) + BUSY_SUFFIX)):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
         self._socket.close()
         self._socket = None
 
