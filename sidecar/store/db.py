@@ -183,8 +183,8 @@ class SidecarPostgresqlDatabase(_EndsOutages, PooledPostgresqlDatabase):
     transaction's next statement or its COMMIT, as one query string, in the order they were made. PostgreSQL
     runs them in that order, stops at the first that fails (the error is raised by the call that sent them,
     and the transaction is undone as before), and takes a transaction's snapshot at its first statement, not
-    at BEGIN, so nothing it reads or locks changes. A transaction that
-    ran no statement sends neither BEGIN nor its COMMIT or ROLLBACK; a rollback drops what was deferred.
+    at BEGIN, so nothing it reads or locks changes. A transaction that ran no statement sends neither BEGIN
+    nor its COMMIT or ROLLBACK; a rollback drops what was deferred.
 
     A connection lent again by the pool is asked `SELECT 1` only when its socket has something to read:
     an idle connection the server closed (a restart, a terminated backend, a timeout) has the server's
