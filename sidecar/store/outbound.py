@@ -232,10 +232,17 @@ def get(outbound_id: str) -> Outbound | None:
     return statements.select_one(Outbound, id=outbound_id)
 
 
+# What a push is authenticated and acted on with (delegation/push.py): not the journalled request body,
+# which may be large, for every push.
+PUSH_SEND_COLUMNS = ("id", "run_id", "outcome", "remote_task_id", "push_token_sha256")
+PUSH_WAIT_COLUMNS = ("id", "run_id", "push_token_sha256", "resolved_at")
+
+
 def sends_of_run(run_id: str) -> list[tuple[Outbound, DependencyWait | None]]:
     """The run's journalled sends (the rows a push token may have been made for), each with the wait on it
-    once the run is suspended on it, in one read: a push is authenticated against both."""
-    return statements.sends_with_waits(run_id, SEND)
+    once the run is suspended on it, in one read: a push is authenticated against both. Of each only the
+    columns a push needs (PUSH_SEND_COLUMNS, PUSH_WAIT_COLUMNS); the others are left unset."""
+    return statements.sends_with_waits(run_id, SEND, PUSH_SEND_COLUMNS, PUSH_WAIT_COLUMNS)
 
 
 def note_early_push(outbound_id: str) -> None:

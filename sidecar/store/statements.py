@@ -208,8 +208,9 @@ def select_all(model, order_by: str) -> list:
     return _instances(model, database.execute_kept(_select_all_text(_syntax(), model._meta.table_name, order_by)))
 
 
-_WAIT_COLUMNS = tuple(DependencyWait._meta.columns)
-_WAIT_FIELD_LIST = tuple(DependencyWait._meta.columns.values())
+_WAIT_FIELDS = DependencyWait._meta.columns
+_WAIT_COLUMNS = tuple(_WAIT_FIELDS)
+_WAIT_FIELD_LIST = tuple(_WAIT_FIELDS.values())
 
 
 @functools.lru_cache(maxsize=64)
@@ -240,32 +241,34 @@ def due_waits(now, limit: int) -> list:
     return found
 
 
-_OUTBOUND_COLUMNS = tuple(_OUTBOUND_FIELDS)
-_OUTBOUND_FIELD_LIST = tuple(_OUTBOUND_FIELDS.values())
-
-
-@functools.cache
-def _sends_with_waits_text(syntax: Syntax) -> str:
+@functools.lru_cache(maxsize=8)
+def _sends_with_waits_text(syntax: Syntax, send_columns: tuple, wait_columns: tuple) -> str:
     def send(column):
         return f"o.{_name(syntax, column)}"
 
     def wait(column):
         return f"w.{_name(syntax, column)}"
 
-    return (f"SELECT {', '.join(map(send, _OUTBOUND_COLUMNS))}, {', '.join(map(wait, _WAIT_COLUMNS))}"
+    return (f"SELECT {', '.join(map(send, send_columns))}, {', '.join(map(wait, wait_columns))}"
             f" FROM {_name(syntax, 'outbound')} AS o LEFT JOIN {_name(syntax, 'dependency_waits')} AS w"
             # The run's id too: the waits' index on it finds the run's few waits (none on outbound_id).
             f" ON {wait('run_id')} = {send('run_id')} AND {wait('outbound_id')} = {send('id')}"
             f" WHERE {send('run_id')} = {syntax.param} AND {send('kind')} = {syntax.param}")
 
 
-def sends_with_waits(run_id: str, kind: str) -> list[tuple]:
-    """The run's outbound rows of `kind`, each with the wait on it (None while there is none), in one read."""
-    cursor = database.execute_kept(_sends_with_waits_text(_syntax()), (run_id, kind))
-    found, split = [], len(_OUTBOUND_COLUMNS)
+def sends_with_waits(run_id: str, kind: str, send_columns: tuple[str, ...],
+                     wait_columns: tuple[str, ...]) -> list[tuple]:
+    """The run's outbound rows of `kind`, each with the wait on it (None while there is none), in one read: of
+    each only the columns named (the wait's first must be its `id`); the instances leave the others unset."""
+    if wait_columns[0] != "id":
+        raise ValueError("the wait's first column must be its id (NULL when there is no wait)")
+    send_fields = [_OUTBOUND_FIELDS[column] for column in send_columns]
+    wait_fields = [_WAIT_FIELDS[column] for column in wait_columns]
+    cursor = database.execute_kept(_sends_with_waits_text(_syntax(), send_columns, wait_columns), (run_id, kind))
+    found, split = [], len(send_columns)
     for row in cursor.fetchall():
-        wait = None if row[split] is None else _from_row(DependencyWait, _WAIT_FIELD_LIST, row[split:])
-        found.append((_from_row(Outbound, _OUTBOUND_FIELD_LIST, row[:split]), wait))
+        wait = None if row[split] is None else _from_row(DependencyWait, wait_fields, row[split:])
+        found.append((_from_row(Outbound, send_fields, row[:split]), wait))
     return found
 
 
