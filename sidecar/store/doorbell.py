@@ -10,16 +10,16 @@ Every worker process binds a datagram socket in one directory per database (unde
 directory, private to the user, named by a digest of the SQLite file's real path or the server's
 address and database), and serves it with a thread (`Doorbell`, a companion of the worker). A process
 that has no worker of its own (the API's) rings after its commits (`ring_other_processes`): a
-non-blocking send of one byte, `q` for runs queued to every socket of that directory, `d` for waits due
-to one of them, in turn; a socket whose process is gone is removed (and the next one rung instead). Any
-coordinator claims every wait that is due, so one woken is enough: woken all, every other one made a claim
-that found nothing, a write transaction each (on SQLite a turn of the one writer's lock). A queued run
-rings one process too, in turn among those with a thread free: a process whose threads are all busy marks
-its doorbell with a file beside it (`<socket>.busy`, `Doorbell.threads_free`). When every process is
-marked, all are rung: each then looks again as soon as a thread of its own is free. A ring is only a
-hint, as an in-process wake-up is: a lost one
-(a full buffer, a worker started a moment later, processes on other machines) costs what it cost
-before, the next poll; nothing is ever taken from the datagram but the reason to look.
+non-blocking send of one byte to one socket of that directory, in turn, `d` for waits due, `q` for runs
+queued; a socket whose process is gone is removed (and the next one rung instead). Any coordinator claims
+every wait that is due, so one woken is enough: woken all, every other one made a claim that found
+nothing, a write transaction each (on SQLite a turn of the one writer's lock). A queued run is claimed by
+one process with a thread free, so it rings one of those: a process whose threads are all busy marks its
+doorbell with a file beside it (`<socket>.busy`, `Doorbell.threads_free`). When every process is marked,
+all are rung: each then looks again as soon as a thread of its own is free. A ring is only a hint, as an
+in-process wake-up is: a lost one (a full buffer, a worker started a moment later, processes on other
+machines) costs what it cost before, the next poll; nothing is ever taken from the datagram but the
+reason to look.
 """
 
 import contextlib
