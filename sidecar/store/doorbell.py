@@ -76,6 +76,11 @@ def _directory_of(db) -> Path | None:
     return Path(tempfile.gettempdir()) / f"nrllm-doorbell-{os.getuid()}-{digest}"
 
 
+def _busy_mark(bell) -> str:
+    """The path of the file that marks the doorbell at `bell` busy."""
+    return f"{bell}{BUSY_SUFFIX}"
+
+
 def _private_directory(path: Path) -> bool:
     """Create `path` (0700) if needed; False unless it is a directory of this user that nobody else can
     write to (another user could otherwise place sockets, or read which processes run)."""
@@ -134,7 +139,7 @@ class _Ringer:
                 except BlockingIOError:
                     rung += 1  # its buffer is full of rings it has yet to read: it will look anyway
                 except (ConnectionRefusedError, FileNotFoundError):
-                    for leftover in (path, path + BUSY_SUFFIX):  # its process ended without removing them (killed)
+                    for leftover in (path, _busy_mark(path)):  # its process ended without removing them (killed)
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(leftover)
                 except OSError as exc:
@@ -216,7 +221,7 @@ class Doorbell:
         directory it reads anyway."""
         if self.path is None:
             return
-        marker = Path(str(self.path) + BUSY_SUFFIX)
+        marker = Path(_busy_mark(self.path))
         try:
             if free:
                 marker.unlink(missing_ok=True)
@@ -234,7 +239,7 @@ class Doorbell:
             poke.sendto(_STOP, str(self.path))
         if self._thread is not None:
             self._thread.join(5)
-        for leftover in (self.path, Path(str(self.path) + BUSY_SUFFIX)):
+        for leftover in (self.path, _busy_mark(self.path)):
             with contextlib.suppress(OSError):
                 os.unlink(leftover)
         self._socket.close()

@@ -274,6 +274,8 @@ def sends_with_waits(run_id: str, kind: str, send_columns: tuple[str, ...],
 
 _TURN_COLUMNS = ("index", "message", "tokens", "cost")
 _RESULT_COLUMNS = ("tool_call_id", "result")
+_TURN_VALUES = tuple(ModelTurn._meta.columns[column].python_value for column in _TURN_COLUMNS)
+_RESULT_VALUES = tuple(ToolResult._meta.columns[column].python_value for column in _RESULT_COLUMNS)
 
 
 @functools.lru_cache(maxsize=8)
@@ -288,14 +290,12 @@ def _turns_and_results_text(syntax: Syntax) -> str:
 def turns_and_results(run_id: str) -> tuple[list[tuple], list[tuple]]:
     """The run's model turns (index, message, tokens, cost) in order, and its tool results (call id, result):
     what a resumed segment replays, in one read instead of one per table."""
-    turn_fields = [ModelTurn._meta.columns[c].python_value for c in _TURN_COLUMNS]
-    result_fields = [ToolResult._meta.columns[c].python_value for c in _RESULT_COLUMNS]
     turns, results, split = [], [], 1 + len(_TURN_COLUMNS)
     for row in database.execute_kept(_turns_and_results_text(_syntax()), (run_id, run_id)):
         if row[0] == 0:
-            turns.append(tuple(convert(v) for convert, v in zip(turn_fields, row[1:split], strict=True)))
+            turns.append(tuple(convert(v) for convert, v in zip(_TURN_VALUES, row[1:split], strict=True)))
         else:
-            results.append(tuple(convert(v) for convert, v in zip(result_fields, row[split:], strict=True)))
+            results.append(tuple(convert(v) for convert, v in zip(_RESULT_VALUES, row[split:], strict=True)))
     return turns, results
 
 
