@@ -280,10 +280,12 @@ _RESULT_VALUES = tuple(ToolResult._meta.columns[column].python_value for column 
 
 @functools.lru_cache(maxsize=8)
 def _turns_and_results_text(syntax: Syntax) -> str:
-    nulls = ", ".join(["NULL"] * len(_RESULT_COLUMNS))
+    def nulls(columns):  # the other table's columns, empty in this one's rows
+        return ", ".join(["NULL"] * len(columns))
+
     where = f"WHERE {_name(syntax, 'run_id')} = {syntax.param}"
-    return (f"SELECT 0, {_names(syntax, _TURN_COLUMNS)}, {nulls} FROM {_name(syntax, 'model_turns')} {where}"
-            f" UNION ALL SELECT 1, {', '.join(['NULL'] * len(_TURN_COLUMNS))}, {_names(syntax, _RESULT_COLUMNS)}"
+    return (f"SELECT 0, {_names(syntax, _TURN_COLUMNS)}, {nulls(_RESULT_COLUMNS)} FROM {_name(syntax, 'model_turns')}"
+            f" {where} UNION ALL SELECT 1, {nulls(_TURN_COLUMNS)}, {_names(syntax, _RESULT_COLUMNS)}"
             f" FROM {_name(syntax, 'tool_results')} {where} ORDER BY 1, 2")
 
 
