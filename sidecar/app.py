@@ -44,7 +44,8 @@ def _build(application: Application, settings: Settings) -> Flask:
     doorbell.ring_other_processes()
     app = Flask("nrllm_sidecar")
     app.extensions["nrllm_application"] = application
-    app.wsgi_app = _InApplication(app.wsgi_app, application)
+    # A push that is accepted is answered before Flask; Flask answers every other request (api/push.py).
+    app.wsgi_app = _InApplication(push_views.PushShortcut(app.wsgi_app, settings.body_limit_bytes), application)
     app.config.update(
         NRLLM_SETTINGS=settings,
         MAX_CONTENT_LENGTH=settings.body_limit_bytes,

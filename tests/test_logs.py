@@ -16,6 +16,7 @@ from sidecar import __version__, logs
 from sidecar.cli import main
 from tests.support import ROOT
 from tests.support.api import as_host
+from tests.support.delegation import journalled_send
 
 
 @pytest.fixture
@@ -81,6 +82,19 @@ def test_a_safe_request_id_is_echoed_and_logged_with_the_access_line(client, hos
     assert (line["request_id"], line["method"], line["path"], line["status"]) == ("req-42.a:b", "GET",
                                                                                  "/api/v1/runs", 200)
     assert line["duration_ms"] >= 0 and "hunter2" not in json.dumps(line), "the query string is never logged"
+
+
+@pytest.mark.usefixtures("delegation_offered")
+def test_an_accepted_push_answered_before_flask_has_its_request_id_and_access_line(client, json_lines):
+    _, row, token = journalled_send(push=True)
+    body = json.dumps({"statusUpdate": {"taskId": row.remote_task_id, "status": {"state": "TASK_STATE_WORKING"}}})
+    answer = client.post("/api/v1/push", data=body, headers={"X-A2A-Notification-Token": token,
+                                                             "X-Request-Id": "peer-42"})
+    assert (answer.status_code, answer.headers["X-Request-Id"]) == (204, "peer-42")
+    (line,) = [line for line in json_lines() if line["logger"] == "nrllm_sidecar.access"]
+    assert (line["request_id"], line["method"], line["path"], line["status"]) == ("peer-42", "POST",
+                                                                                 "/api/v1/push", 204)
+    assert line["message"].startswith("POST /api/v1/push 204 ") and line["duration_ms"] >= 0
 
 
 @pytest.mark.parametrize("sent", [None, "", "x" * 129, "a b", "evil;Set-Cookie=x", "ünïcode", "<script>"])

@@ -12,9 +12,10 @@ import time
 import pytest
 
 from sidecar.store import db as store_db
-from sidecar.store import migrations, runs, tokens
+from sidecar.store import migrations, runs, status_guard, tokens
 from tests.support import ROOT
 from tests.support.api import ACTOR, as_host
+from tests.support.delegation import journalled_send
 from tests.support.servers import parse_answer, raw_request, read_until_closed, start_serve
 from tests.support.streams import EventStream
 from tests.support.waiting import wait_until
@@ -136,6 +137,22 @@ def test_a_body_that_stops_arriving_is_answered_408(served, host):
         status, headers, body = parse_answer(read_until_closed(sock))
     assert status == 408
     _assert_error_shape(headers, body, "request_timeout")
+
+
+def test_a_push_whose_body_stops_arriving_is_answered_408(served):
+    # An accepted push is answered before Flask (api/push.py), which reads its body itself.
+    status_guard.install(lambda status, origin: None)
+    try:
+        _, _, token = journalled_send(push=True)
+    finally:
+        status_guard.install(None)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=60) as sock:
+        sock.sendall(f"POST /api/v1/push HTTP/1.1\r\nHost: t\r\nX-A2A-Notification-Token: {token}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"statusUpdate\"".encode())
+        status, headers, body = parse_answer(read_until_closed(sock))
+    assert status == 408
+    _assert_error_shape(headers, body, "request_timeout")
+    assert "x-request-id" in headers, "answered by the view, as any request, not by the server alone"
 
 
 def _stream(served, token: str, run_id: str) -> EventStream:

@@ -28,11 +28,15 @@ def _answer(response):
     request_id = g.get("nrllm_request_id")
     if request_id:
         response.headers[REQUEST_ID_HEADER] = request_id
-        duration_ms = round((time.perf_counter() - g.nrllm_started) * 1000, 1)
-        log.info("%s %s %s %.1fms", request.method, request.path, response.status_code, duration_ms,
-                 extra={"method": request.method, "path": request.path, "status": response.status_code,
-                        "duration_ms": duration_ms})
+        log_answer(request.method, request.path, response.status_code, g.nrllm_started)
     return response
+
+
+def log_answer(method: str, path: str, status: int, started: float) -> None:
+    """The access line of a request answered `status`, begun at `started` (time.perf_counter())."""
+    duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    log.info("%s %s %s %.1fms", method, path, status, duration_ms,
+             extra={"method": method, "path": path, "status": status, "duration_ms": duration_ms})
 
 
 def _end(_exc) -> None:

@@ -17,6 +17,8 @@ ALLOWED_HEADERS = ", ".join(
 )
 EXPOSED_HEADERS = "Retry-After, Idempotent-Replayed"
 PREFLIGHT_MAX_AGE = "600"
+# Carried by every answer (add_headers), and by the pushes answered before Flask (api/push.py).
+EVERY_ANSWER = (("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"))
 
 
 def _allowed_origin() -> str | None:
@@ -44,8 +46,8 @@ def answer_preflight():
 
 def add_headers(response: Response) -> Response:
     """after_request: on every answer, errors and event streams included."""
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Cache-Control"] = "no-store"
+    for name, value in EVERY_ANSWER:
+        response.headers[name] = value
     origin = _allowed_origin()
     if origin is not None:
         response.headers["Access-Control-Allow-Origin"] = origin

@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from flask import request
 from werkzeug.serving import make_server
 
 from sidecar import bootstrap
@@ -140,12 +139,21 @@ def webhook(app, settings):
     """The test's app on a real HTTP server, so real a2a-sdk peers post their notifications to its webhook;
     every push it answered is recorded."""
     pushes: list = []
+    answered_by_app = app.wsgi_app
 
-    @app.after_request
-    def _record_push(response):
-        if request.path == "/api/v1/push":
-            pushes.append((utcnow(), response.status_code))
-        return response
+    def recording_pushes(environ, start_response):
+        if environ.get("PATH_INFO") != "/api/v1/push":
+            return answered_by_app(environ, start_response)
 
-    with served(app) as url:
-        yield Webhook(url=url, settings=dataclasses.replace(settings, public_url=url), pushes=pushes)
+        def start_recorded(status, headers, exc_info=None):
+            pushes.append((utcnow(), int(status.split()[0])))
+            return start_response(status, headers, exc_info)
+        return answered_by_app(environ, start_recorded)
+
+    # Around the whole app: an accepted push is answered before Flask (api/push.py), so no Flask hook sees it.
+    app.wsgi_app = recording_pushes
+    try:
+        with served(app) as url:
+            yield Webhook(url=url, settings=dataclasses.replace(settings, public_url=url), pushes=pushes)
+    finally:
+        app.wsgi_app = answered_by_app
