@@ -23,6 +23,7 @@ from .headers import EVERY_ANSWER
 from .parsing import Blueprint, json_object
 
 PATH = "/api/v1/push"
+_TOKEN_KEY = "HTTP_" + push.TOKEN_HEADER.upper().replace("-", "_")  # the header's key in a WSGI environ
 blp = Blueprint("push", __name__, url_prefix="/api/v1", description="Push notifications from remote agents")
 
 
@@ -88,15 +89,15 @@ class PushShortcut:
                 # bodies are read.
                 delegation = push.authenticate(token)
             except Exception:  # noqa: BLE001 - refused, or the database failed: the view answers it
-                return self._to_view(environ, start_response, None)
+                return self._to_view(environ, start_response, request_id, None)
             length = int(environ["CONTENT_LENGTH"])
             try:
                 body = environ["wsgi.input"].read(length)
             except Exception as exc:  # noqa: BLE001 - a read deadline, a reset: the view answers it as ever
-                return self._to_view(environ, start_response, _Raising(exc))
+                return self._to_view(environ, start_response, request_id, _Raising(exc))
             # A short body is the client's disconnection, which the view answers as ever.
             if len(body) != length or not _received(delegation, body):
-                return self._to_view(environ, start_response, io.BytesIO(body))
+                return self._to_view(environ, start_response, request_id, io.BytesIO(body))
             db.release_connection(pooled_only=True)  # as after every request (app.py)
             metrics.PUSHES.labels("accepted").inc()
             log_answer("POST", PATH, 204, started)
@@ -104,10 +105,13 @@ class PushShortcut:
                                           (REQUEST_ID_HEADER, request_id)])
         return []
 
-    def _to_view(self, environ, start_response, body):
-        """Flask answers the push, its body `body` (None: not read yet)."""
+    def _to_view(self, environ, start_response, request_id: str, body):
+        """Flask answers the push under the same request id, its body `body` (None: not read yet)."""
         db.release_connection(pooled_only=True)  # the view's a connection the pool has tested, after a failure
-        return self.flask_app(environ if body is None else {**environ, "wsgi.input": body}, start_response)
+        environ = {**environ, "HTTP_X_REQUEST_ID": request_id}
+        if body is not None:
+            environ["wsgi.input"] = body
+        return self.flask_app(environ, start_response)
 
     def _token_of_a_plain_push(self, environ) -> str | None:
         if environ.get("PATH_INFO") != PATH or environ.get("REQUEST_METHOD") != "POST":
@@ -116,8 +120,7 @@ class PushShortcut:
         if (environ.get("QUERY_STRING") or "HTTP_ORIGIN" in environ or "HTTP_TRANSFER_ENCODING" in environ
                 or not length.isdigit() or not 0 < int(length) <= self.body_limit):
             return None
-        return presented_token(environ.get("HTTP_X_A2A_NOTIFICATION_TOKEN", ""),
-                               environ.get("HTTP_AUTHORIZATION", ""))
+        return presented_token(environ.get(_TOKEN_KEY, ""), environ.get("HTTP_AUTHORIZATION", ""))
 
 
 def _received(delegation: push.Delegation, body: bytes) -> bool:
