@@ -16,7 +16,7 @@ from tests.support import SHORT_LEASE
 from tests.support.private_servers import free_port
 from tests.support.runs import event_kinds, run_row, steps_input
 from tests.support.waiting import wait_until
-from tests.support.workers import exit_code, scrape, start_worker_process, stop_process
+from tests.support.workers import exit_code, scrape, start_worker_process, stop_between_transactions, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def test_a_stopped_worker_past_its_lease_is_fenced_out_after_another_completes_t
         run_id = runs.create_run("owner", steps_input({"sleep": 2.0}, {"event": "after sleep"}, output="done"))
         wait_until(lambda: _held_by_a_worker(run_id), what="worker A to claim the run")
         holder_a = run_row(run_id).lease_holder
-        os.kill(a.pid, signal.SIGSTOP)
+        stop_between_transactions(a)
         b = start_worker_process(database_url, *STEPS, lease=SHORT_LEASE, log_path=tmp_path / "b.log")
         wait_until(lambda: _status(run_id) == "completed", timeout=30, what="worker B to complete the run")
         done = run_row(run_id)

@@ -6,6 +6,7 @@
 seconds unless the test says otherwise: only a test about a lease running out passes a short one.
 """
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ from sidecar.delegation.coordinator import Coordinator
 from sidecar.domain.lease import LeasePolicy
 from sidecar.engine import AgentLoop
 from sidecar.engine.registry import build_registry
+from sidecar.store import db as store_db
+from sidecar.store import write_lock
 from sidecar.worker import Worker
 from tests.support import GENEROUS_LEASE, ROOT
 
@@ -134,6 +137,50 @@ def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     return proc.wait()
+
+
+def stop_between_transactions(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGSTOP a worker process at a moment it holds no transaction open on the store's database, as a
+    process frozen by an operator or the kernel while it works. Stopped inside one, it would keep what the
+    transaction holds (on SQLite the one writer's lock, elsewhere the rows it wrote) from every other
+    process until it is continued: such a test would wait on the stopped process, not on the system. So
+    it is continued for a moment and stopped again until it holds none."""
+    deadline = time.monotonic() + timeout
+    while True:
+        os.kill(proc.pid, signal.SIGSTOP)
+        while not _all_threads_stopped(proc.pid):  # each thread stops when it next runs
+            time.sleep(0.001)
+        if not _others_in_a_transaction():
+            return
+        os.kill(proc.pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, "the worker process was always inside a transaction when stopped"
+        time.sleep(0.01)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    states = [(task / "stat").read_text().rpartition(")")[2].split()[0] for task in Path(f"/proc/{pid}/task").iterdir()]
+    return all(state == "T" for state in states)
+
+
+def _others_in_a_transaction() -> bool:
+    """Whether a connection other than this process's holds a transaction open on the store's database."""
+    database = store_db.database.obj
+    if store_db.dialect() == "sqlite":  # every writer holds the writer file's lock from BEGIN to COMMIT
+        fd = os.open(os.path.realpath(database.database) + write_lock.SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+    if store_db.dialect() == "postgresql":
+        sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+               "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
+    else:
+        sql = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id <> CONNECTION_ID()"
+    return store_db.database.execute_sql(sql).fetchone()[0] > 0
 
 
 def exit_code(proc: subprocess.Popen, log_path: Path, timeout: float = 30) -> int:
