@@ -163,10 +163,11 @@ def _all_threads_stopped(pid: int) -> bool:
 
 
 def _others_in_a_transaction() -> bool:
-    """Whether a connection other than this process's holds a transaction open on the store's database."""
-    database = store_db.database.obj
+    """Whether a connection other than this process's holds a transaction open on the store's database (on a
+    server, only this test's database: other tests may run beside it)."""
     if store_db.dialect() == "sqlite":  # every writer holds the writer file's lock from BEGIN to COMMIT
-        fd = os.open(os.path.realpath(database.database) + write_lock.SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+        path = os.path.realpath(store_db.database.obj.database) + write_lock.SUFFIX
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -179,7 +180,11 @@ def _others_in_a_transaction() -> bool:
         sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
     else:
-        sql = "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id <> CONNECTION_ID()"
+        # InnoDB refreshes what it shows of its transactions at most every 0.1 s: a look taken before the
+        # process stopped could miss a transaction it began since.
+        time.sleep(0.15)
+        sql = ("SELECT count(*) FROM information_schema.innodb_trx AS t JOIN information_schema.processlist AS p "
+               "ON p.id = t.trx_mysql_thread_id WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()")
     return store_db.database.execute_sql(sql).fetchone()[0] > 0
 
 
