@@ -78,9 +78,10 @@ class PushShortcut:
         self.body_limit = body_limit
 
     def __call__(self, environ, start_response):
-        token = self._token_of_a_plain_push(environ)
-        if token is None:
+        plain = self._plain_push(environ)
+        if plain is None:
             return self.flask_app(environ, start_response)
+        token, length = plain
         started = time.perf_counter()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
         with logs.context(request_id=request_id):
@@ -90,7 +91,6 @@ class PushShortcut:
                 delegation = push.authenticate(token)
             except Exception:  # noqa: BLE001 - refused, or the database failed: the view answers it
                 return self._to_view(environ, start_response, request_id, None)
-            length = int(environ["CONTENT_LENGTH"])
             try:
                 body = environ["wsgi.input"].read(length)
             except Exception as exc:  # noqa: BLE001 - a read deadline, a reset: the view answers it as ever
@@ -113,14 +113,16 @@ class PushShortcut:
             environ["wsgi.input"] = body
         return self.flask_app(environ, start_response)
 
-    def _token_of_a_plain_push(self, environ) -> str | None:
+    def _plain_push(self, environ) -> tuple[str, int] | None:
+        """(token, body length) of a push this may answer; None for any other request."""
         if environ.get("PATH_INFO") != PATH or environ.get("REQUEST_METHOD") != "POST":
             return None
         length = environ.get("CONTENT_LENGTH", "")
         if (environ.get("QUERY_STRING") or "HTTP_ORIGIN" in environ or "HTTP_TRANSFER_ENCODING" in environ
                 or not length.isdigit() or not 0 < int(length) <= self.body_limit):
             return None
-        return presented_token(environ.get(_TOKEN_KEY, ""), environ.get("HTTP_AUTHORIZATION", ""))
+        token = presented_token(environ.get(_TOKEN_KEY, ""), environ.get("HTTP_AUTHORIZATION", ""))
+        return None if token is None else (token, int(length))
 
 
 def _received(delegation: push.Delegation, body: bytes) -> bool:

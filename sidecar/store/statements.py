@@ -242,29 +242,32 @@ def due_waits(now, limit: int) -> list:
 
 
 @functools.lru_cache(maxsize=8)
-def _sends_with_waits_text(syntax: Syntax, send_columns: tuple, wait_columns: tuple) -> str:
+def _sends_with_waits_plan(syntax: Syntax, send_columns: tuple, wait_columns: tuple) -> tuple[str, tuple, tuple]:
+    """The read's text, and the fields of its send columns and of its wait columns, made once."""
+    if wait_columns[0] != "id":
+        raise ValueError("the wait's first column must be its id (NULL when there is no wait)")
+
     def send(column):
         return f"o.{_name(syntax, column)}"
 
     def wait(column):
         return f"w.{_name(syntax, column)}"
 
-    return (f"SELECT {', '.join(map(send, send_columns))}, {', '.join(map(wait, wait_columns))}"
+    text = (f"SELECT {', '.join(map(send, send_columns))}, {', '.join(map(wait, wait_columns))}"
             f" FROM {_name(syntax, 'outbound')} AS o LEFT JOIN {_name(syntax, 'dependency_waits')} AS w"
             # The run's id too: the waits' index on it finds the run's few waits (none on outbound_id).
             f" ON {wait('run_id')} = {send('run_id')} AND {wait('outbound_id')} = {send('id')}"
             f" WHERE {send('run_id')} = {syntax.param} AND {send('kind')} = {syntax.param}")
+    return (text, tuple(_OUTBOUND_FIELDS[column] for column in send_columns),
+            tuple(_WAIT_FIELDS[column] for column in wait_columns))
 
 
 def sends_with_waits(run_id: str, kind: str, send_columns: tuple[str, ...],
                      wait_columns: tuple[str, ...]) -> list[tuple]:
     """The run's outbound rows of `kind`, each with the wait on it (None while there is none), in one read: of
     each only the columns named (the wait's first must be its `id`); the instances leave the others unset."""
-    if wait_columns[0] != "id":
-        raise ValueError("the wait's first column must be its id (NULL when there is no wait)")
-    send_fields = [_OUTBOUND_FIELDS[column] for column in send_columns]
-    wait_fields = [_WAIT_FIELDS[column] for column in wait_columns]
-    cursor = database.execute_kept(_sends_with_waits_text(_syntax(), send_columns, wait_columns), (run_id, kind))
+    text, send_fields, wait_fields = _sends_with_waits_plan(_syntax(), send_columns, wait_columns)
+    cursor = database.execute_kept(text, (run_id, kind))
     found, split = [], len(send_columns)
     for row in cursor.fetchall():
         wait = None if row[split] is None else _from_row(DependencyWait, wait_fields, row[split:])
