@@ -23,6 +23,7 @@ from playhouse.pool import PooledDatabase, PooledMySQLDatabase, PooledPostgresql
 
 from ..application import current
 from ..domain.backoff import Backoff
+from .wal_checkpoints import AUTOCHECKPOINT_PAGES, Checkpointer
 from .write_lock import WriteLock
 
 try:
@@ -101,6 +102,8 @@ class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):
     def __init__(self, path: str, busy_timeout: float = SQLITE_BUSY_TIMEOUT_SECONDS):
         self.busy_timeout = busy_timeout
         self.write_lock = WriteLock(path)
+        in_memory = path == ":memory:" or path.startswith("file::memory:")
+        self.checkpointer = None if in_memory else Checkpointer(os.path.realpath(path))
         super().__init__(
             path,
             lock_type="IMMEDIATE",
@@ -111,6 +114,7 @@ class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):
                 "busy_timeout": int(busy_timeout * 1000),
                 "foreign_keys": 1,
                 "mmap_size": SQLITE_MMAP_BYTES,
+                "wal_autocheckpoint": AUTOCHECKPOINT_PAGES,  # the WAL is copied by a thread of its own
             },
         )
 
@@ -129,6 +133,8 @@ class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):
     def commit(self):
         super().commit()
         self.write_lock.release()
+        if self.checkpointer is not None:
+            self.checkpointer.committed()
 
     def rollback(self):
         try:

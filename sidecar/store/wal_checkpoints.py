@@ -1,0 +1,143 @@
+"""SQLite's WAL copied into the database file by a thread of its own, never inside a writer's transaction.
+
+Left to SQLite, the commit that grows the WAL past 1,000 pages copies the WAL into the database file and
+waits for the disk to flush it (an automatic checkpoint), still holding the one writer's lock of every
+sidecar process (write_lock.py). A delegation cycle adds about 75 pages, so a busy sidecar did that every
+dozen cycles, and every waiting writer waited for the disk too: the slowest runs' time (docs/performance.md,
+"Checkpoints outside the writers"). Here a writer's connection checkpoints only past AUTOCHECKPOINT_PAGES,
+a safety net that a running checkpointer keeps the WAL far below, and one thread checkpoints every
+INTERVAL_SECONDS on a connection of its own. A passive checkpoint takes no writer's lock: writers go on
+appending to the WAL while it copies, and the first writer after a complete copy starts the WAL over.
+
+One checkpointing thread a database file, however many processes write to it: the thread holding an
+exclusive `flock` of `<database>-checkpointer` checkpoints, the others only try to take it at each
+interval, so one of them takes over within an interval when the holder's process ends, however it ends.
+A process's thread runs while the process commits and ends after IDLE_SECONDS without a commit; the next
+commit starts it again.
+"""
+
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+import time
+import weakref
+
+log = logging.getLogger("nrllm_sidecar.store")
+
+SUFFIX = "-checkpointer"
+INTERVAL_SECONDS = 0.1
+IDLE_SECONDS = 5.0
+# A writer's connection checkpoints itself only past this many WAL pages (SQLite's default is 1,000).
+AUTOCHECKPOINT_PAGES = 10_000
+
+# Held while a lock file is opened and while the process forks, so that a child never inherits a
+# checkpointer's descriptor unnoticed: it would hold the parent's flock, with no thread of its own using it.
+_FORKS = threading.Lock()
+_LIVE: "weakref.WeakSet[Checkpointer]" = weakref.WeakSet()
+
+
+class Checkpointer:
+    """The checkpoints of one SQLite file, for the process's writers through one database object."""
+
+    def __init__(self, database_path: str):
+        self._path = database_path
+        self._state = threading.Lock()
+        self._pid = None  # the process whose thread runs (a fork's child starts its own)
+        self._lock_fd = None  # the running thread's descriptor of the lock file
+        self._last_commit = 0.0
+        _LIVE.add(self)
+
+    def committed(self) -> None:
+        """Called after every commit: keeps this process's thread running, or starts it."""
+        self._last_commit = time.monotonic()
+        if self._pid == os.getpid():
+            return
+        with self._state:
+            if self._pid == os.getpid():
+                return
+            with _FORKS:
+                try:
+                    self._lock_fd = os.open(self._path + SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except OSError as exc:
+                    # A read-only folder: SQLite's own checkpoints at AUTOCHECKPOINT_PAGES are all there is.
+                    log.warning("no WAL checkpoints of %s outside commits: %s", self._path, exc)
+                    self._pid = os.getpid()  # not asked again in this process
+                    return
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, args=(self._lock_fd,), name="sqlite-checkpointer",
+                             daemon=True).start()
+
+    def _run(self, lock_fd: int) -> None:
+        try:
+            self._checkpoint_until_idle(lock_fd)
+        except Exception:
+            # Not started again in this process (it would fail the same way at every commit); the flock goes,
+            # so another process's thread takes over, and SQLite's own checkpoints remain.
+            log.exception("the WAL checkpoints of %s stopped in this process", self._path)
+            with self._state, _FORKS:
+                self._lock_fd = None
+                os.close(lock_fd)
+
+    def _checkpoint_until_idle(self, lock_fd: int) -> None:
+        connection = sqlite3.connect(self._path, check_same_thread=False)
+        try:
+            connection.execute("PRAGMA synchronous = NORMAL")  # the writers' setting: the same flushes
+            failing = False
+            while True:
+                time.sleep(INTERVAL_SECONDS)
+                if _holds(lock_fd):
+                    try:
+                        checkpoint(connection)
+                        failing = False
+                    except sqlite3.OperationalError as exc:  # a full disk, say: tried again at the next interval
+                        if not failing:
+                            log.warning("checkpointing the WAL of %s failed: %s", self._path, exc)
+                        failing = True
+                if time.monotonic() - self._last_commit > IDLE_SECONDS and self._stopped_idle(lock_fd):
+                    return
+        finally:
+            connection.close()
+
+    def _stopped_idle(self, lock_fd: int) -> bool:
+        with self._state:
+            if time.monotonic() - self._last_commit <= IDLE_SECONDS:
+                return False  # a commit came meanwhile and saw this thread running
+            self._pid = None
+            with _FORKS:
+                self._lock_fd = None
+                os.close(lock_fd)  # the flock goes with it: another process's thread takes over
+            return True
+
+    def _forget_inherited(self) -> None:
+        # In a fork's child: the descriptor belongs to the parent's thread, which the child does not have.
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        self._lock_fd, self._pid = None, None
+        self._state = threading.Lock()
+
+
+def _holds(fd: int) -> bool:
+    """Whether this descriptor holds the lock file's flock: taken now, or held since an earlier interval."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def checkpoint(connection: sqlite3.Connection) -> tuple[int, int]:
+    """A passive checkpoint: (pages in the WAL, of them in the database file now). It copies what no reader
+    still needs, without waiting for any writer or reader."""
+    _busy, pages, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return pages, copied
+
+
+def _after_fork_in_child() -> None:
+    _FORKS.release()
+    for checkpointer in list(_LIVE):
+        checkpointer._forget_inherited()
+
+
+os.register_at_fork(before=_FORKS.acquire, after_in_parent=_FORKS.release, after_in_child=_after_fork_in_child)

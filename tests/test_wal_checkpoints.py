@@ -1,0 +1,172 @@
+"""SQLite's WAL is copied into the database file by the checkpointing thread, not by a writer's commit
+(sidecar/store/wal_checkpoints.py): one thread a database file across processes, handed over when its
+process dies, never inherited by a fork, and ended when its process stops writing."""
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import threading
+import time
+
+from sidecar.store import wal_checkpoints
+from sidecar.store.db import SidecarSqliteDatabase
+
+FORK = multiprocessing.get_context("fork")
+
+
+def _database(path) -> SidecarSqliteDatabase:
+    db = SidecarSqliteDatabase(str(path))
+    db.execute_sql("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+    return db
+
+
+def _write(db: SidecarSqliteDatabase, text: str) -> None:
+    with db.atomic():
+        db.execute_sql("INSERT INTO notes (text) VALUES (?)", (text,))
+
+
+def _in_database_file(path) -> set[str]:
+    """The notes the database file itself holds, the WAL ignored (`immutable`: no lock, no WAL)."""
+    for _ in range(50):  # a checkpoint writing the file meanwhile can make one read fail
+        try:
+            with sqlite3.connect(f"file:{path}?immutable=1", uri=True) as reader:
+                return {text for (text,) in reader.execute("SELECT text FROM notes")}
+        except sqlite3.DatabaseError:
+            time.sleep(0.02)
+    raise AssertionError("the database file could not be read")
+
+
+def _reaches_database_file(path, text: str, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if text in _in_database_file(path):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _checkpointing_lock_is_free(path) -> bool:
+    fd = os.open(f"{path}{wal_checkpoints.SUFFIX}", os.O_RDWR | os.O_CREAT)
+    try:
+        return wal_checkpoints._holds(fd)
+    finally:
+        os.close(fd)
+
+
+def _checkpointer_threads() -> int:
+    return sum(thread.name == "sqlite-checkpointer" for thread in threading.enumerate())
+
+
+def test_a_commit_leaves_the_wal_to_the_checkpointing_thread(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    db = _database(path)
+    assert db.execute_sql("PRAGMA wal_autocheckpoint").fetchone()[0] == wal_checkpoints.AUTOCHECKPOINT_PAGES
+    _write(db, "first")
+    # Nothing commits after this: only the thread can copy the note into the file (SQLite's own
+    # checkpoints come with a commit past AUTOCHECKPOINT_PAGES, or when the last connection closes).
+    assert _reaches_database_file(path, "first")
+    assert os.path.getsize(f"{path}-wal") > 0  # the connection is still open: the WAL was not removed by a close
+
+
+def _commit_every_50_ms(path: str, ready, stop) -> None:
+    db = _database(path)
+    while not stop.is_set():
+        _write(db, "child")
+        ready.set()
+        time.sleep(0.05)
+
+
+def test_one_process_checkpoints_and_another_takes_over_when_it_is_killed(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    _database(path).close()
+    ready, stop = FORK.Event(), FORK.Event()
+    child = FORK.Process(target=_commit_every_50_ms, args=(str(path), ready, stop))
+    child.start()
+    try:
+        assert ready.wait(30)
+        time.sleep(3 * wal_checkpoints.INTERVAL_SECONDS)
+        assert not _checkpointing_lock_is_free(path)  # the child's thread holds it
+        db = _database(path)
+        _write(db, "while the child checkpoints")
+        assert _reaches_database_file(path, "while the child checkpoints")  # copied by the child's thread
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+        _write(db, "after the child died")
+        assert _reaches_database_file(path, "after the child died")  # this process's thread took over
+        assert not _checkpointing_lock_is_free(path)
+    finally:
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(30)
+
+
+def _write_and_sleep(db: SidecarSqliteDatabase, results) -> None:
+    _write(db, "the child's")
+    results.put("written")
+    time.sleep(30)  # keeps whatever descriptors it has open: it would hold an inherited flock
+
+
+def test_a_forked_child_keeps_no_lock_of_its_parents_checkpointing_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(wal_checkpoints, "IDLE_SECONDS", 0.3)
+    path = tmp_path / "notes.sqlite"
+    db = _database(path)
+    _write(db, "the parent's")  # the parent's thread starts and takes the checkpointing lock
+    time.sleep(3 * wal_checkpoints.INTERVAL_SECONDS)
+    assert not _checkpointing_lock_is_free(path)
+    results = FORK.Queue()
+    child = FORK.Process(target=_write_and_sleep, args=(db, results))
+    child.start()  # forked while the parent's thread holds the lock
+    try:
+        assert results.get(timeout=30) == "written"
+        assert _reaches_database_file(path, "the child's")
+        # Neither process writes any more: both threads end, and nobody holds the lock once they have.
+        deadline = time.monotonic() + 10
+        while not _checkpointing_lock_is_free(path):
+            assert time.monotonic() < deadline, "a descriptor the child inherited kept the lock"
+            time.sleep(0.1)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+
+
+def test_the_thread_ends_when_its_process_stops_writing_and_starts_with_the_next_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(wal_checkpoints, "IDLE_SECONDS", 0.3)
+    path = tmp_path / "notes.sqlite"
+    db = _database(path)
+    before = _checkpointer_threads()
+    _write(db, "one")
+    assert _checkpointer_threads() == before + 1
+    deadline = time.monotonic() + 10
+    while _checkpointer_threads() > before:
+        assert time.monotonic() < deadline, "the idle thread did not end"
+        time.sleep(0.05)
+    assert _checkpointing_lock_is_free(path)
+    _write(db, "two")
+    assert _checkpointer_threads() == before + 1
+    assert _reaches_database_file(path, "two")
+
+
+def test_a_failed_checkpoint_is_tried_again_at_the_next_interval(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "notes.sqlite"
+    db = _database(path)
+    real = wal_checkpoints.checkpoint
+    failures = []
+
+    def failing_twice(connection):
+        if connection.execute("PRAGMA database_list").fetchone()[2] == str(path) and len(failures) < 2:
+            failures.append(1)
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(connection)
+
+    monkeypatch.setattr(wal_checkpoints, "checkpoint", failing_twice)
+    _write(db, "after two failures")
+    assert _reaches_database_file(path, "after two failures")
+    assert len(failures) == 2
+    assert [r.message for r in caplog.records if "checkpointing the WAL" in r.message] == [
+        f"checkpointing the WAL of {os.path.realpath(path)} failed: disk I/O error"]  # once per run of failures
+
+
+def test_an_in_memory_database_has_no_checkpointer():
+    assert SidecarSqliteDatabase(":memory:").checkpointer is None
+
