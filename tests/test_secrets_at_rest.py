@@ -93,8 +93,8 @@ def _mode(path) -> int:
 
 def test_the_instance_folder_and_the_sqlite_files_are_private(tmp_path):
     """Under the usual umask (022): the folder `db upgrade` creates is 0700, the database 0600, and the
-    -wal and -shm files SQLite creates later 0600 too, as the writers' lock file; files an older release left
-    0644 are tightened."""
+    -wal and -shm files SQLite creates later 0600 too, as the writers' and the checkpointer's lock files; files
+    an older release left 0644 are tightened."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NRLLM_")}
 
     def cli(*args):
@@ -106,8 +106,9 @@ def test_the_instance_folder_and_the_sqlite_files_are_private(tmp_path):
     instance = tmp_path / "instance"
     database_file = instance / "nrllm-sidecar.db"
     assert _mode(instance) == 0o700
-    assert {p.name: _mode(p) for p in instance.iterdir()} == {"nrllm-sidecar.db": 0o600, "secret-key.dev": 0o600,
-                                                              "nrllm-sidecar.db-writer": 0o600}
+    assert {p.name: _mode(p) for p in instance.iterdir()} == {
+        "nrllm-sidecar.db": 0o600, "secret-key.dev": 0o600, "nrllm-sidecar.db-writer": 0o600,
+        "nrllm-sidecar.db-checkpointer": 0o600}
 
     old_umask = os.umask(0o022)
     try:

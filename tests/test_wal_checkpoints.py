@@ -2,11 +2,11 @@
 (sidecar/store/wal_checkpoints.py): one thread a database file across processes, handed over when its
 process dies, never inherited by a fork, and ended when its process stops writing."""
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import sqlite3
-import threading
 import time
 
 from sidecar.store import wal_checkpoints
@@ -26,24 +26,28 @@ def _write(db: SidecarSqliteDatabase, text: str) -> None:
         db.execute_sql("INSERT INTO notes (text) VALUES (?)", (text,))
 
 
+def _until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _in_database_file(path) -> set[str]:
     """The notes the database file itself holds, the WAL ignored (`immutable`: no lock, no WAL)."""
     for _ in range(50):  # a checkpoint writing the file meanwhile can make one read fail
         try:
-            with sqlite3.connect(f"file:{path}?immutable=1", uri=True) as reader:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?immutable=1", uri=True)) as reader:
                 return {text for (text,) in reader.execute("SELECT text FROM notes")}
         except sqlite3.DatabaseError:
             time.sleep(0.02)
     raise AssertionError("the database file could not be read")
 
 
-def _reaches_database_file(path, text: str, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if text in _in_database_file(path):
-            return True
-        time.sleep(0.05)
-    return False
+def _reaches_database_file(path, text: str) -> bool:
+    return _until(lambda: text in _in_database_file(path))
 
 
 def _checkpointing_lock_is_free(path) -> bool:
@@ -52,10 +56,6 @@ def _checkpointing_lock_is_free(path) -> bool:
         return wal_checkpoints._holds(fd)
     finally:
         os.close(fd)
-
-
-def _checkpointer_threads() -> int:
-    return sum(thread.name == "sqlite-checkpointer" for thread in threading.enumerate())
 
 
 def test_a_commit_leaves_the_wal_to_the_checkpointing_thread(tmp_path):
@@ -85,8 +85,7 @@ def test_one_process_checkpoints_and_another_takes_over_when_it_is_killed(tmp_pa
     child.start()
     try:
         assert ready.wait(30)
-        time.sleep(3 * wal_checkpoints.INTERVAL_SECONDS)
-        assert not _checkpointing_lock_is_free(path)  # the child's thread holds it
+        assert _until(lambda: not _checkpointing_lock_is_free(path))  # the child's thread took it
         db = _database(path)
         _write(db, "while the child checkpoints")
         assert _reaches_database_file(path, "while the child checkpoints")  # copied by the child's thread
@@ -94,7 +93,7 @@ def test_one_process_checkpoints_and_another_takes_over_when_it_is_killed(tmp_pa
         child.join(30)
         _write(db, "after the child died")
         assert _reaches_database_file(path, "after the child died")  # this process's thread took over
-        assert not _checkpointing_lock_is_free(path)
+        assert not _checkpointing_lock_is_free(path)  # held by it
     finally:
         if child.is_alive():
             os.kill(child.pid, signal.SIGKILL)
@@ -112,8 +111,7 @@ def test_a_forked_child_keeps_no_lock_of_its_parents_checkpointing_thread(tmp_pa
     path = tmp_path / "notes.sqlite"
     db = _database(path)
     _write(db, "the parent's")  # the parent's thread starts and takes the checkpointing lock
-    time.sleep(3 * wal_checkpoints.INTERVAL_SECONDS)
-    assert not _checkpointing_lock_is_free(path)
+    assert _until(lambda: not _checkpointing_lock_is_free(path))
     results = FORK.Queue()
     child = FORK.Process(target=_write_and_sleep, args=(db, results))
     child.start()  # forked while the parent's thread holds the lock
@@ -121,10 +119,7 @@ def test_a_forked_child_keeps_no_lock_of_its_parents_checkpointing_thread(tmp_pa
         assert results.get(timeout=30) == "written"
         assert _reaches_database_file(path, "the child's")
         # Neither process writes any more: both threads end, and nobody holds the lock once they have.
-        deadline = time.monotonic() + 10
-        while not _checkpointing_lock_is_free(path):
-            assert time.monotonic() < deadline, "a descriptor the child inherited kept the lock"
-            time.sleep(0.1)
+        assert _until(lambda: _checkpointing_lock_is_free(path)), "a descriptor the child inherited kept the lock"
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.join(30)
@@ -134,16 +129,13 @@ def test_the_thread_ends_when_its_process_stops_writing_and_starts_with_the_next
     monkeypatch.setattr(wal_checkpoints, "IDLE_SECONDS", 0.3)
     path = tmp_path / "notes.sqlite"
     db = _database(path)
-    before = _checkpointer_threads()
     _write(db, "one")
-    assert _checkpointer_threads() == before + 1
-    deadline = time.monotonic() + 10
-    while _checkpointer_threads() > before:
-        assert time.monotonic() < deadline, "the idle thread did not end"
-        time.sleep(0.05)
+    first = db.checkpointer._thread
+    assert first.is_alive()
+    assert _until(lambda: not first.is_alive()), "the idle thread did not end"
     assert _checkpointing_lock_is_free(path)
     _write(db, "two")
-    assert _checkpointer_threads() == before + 1
+    assert db.checkpointer._thread is not first and db.checkpointer._thread.is_alive()
     assert _reaches_database_file(path, "two")
 
 

@@ -103,7 +103,7 @@ class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):
         self.busy_timeout = busy_timeout
         self.write_lock = WriteLock(path)
         in_memory = path == ":memory:" or path.startswith("file::memory:")
-        self.checkpointer = None if in_memory else Checkpointer(os.path.realpath(path))
+        self.checkpointer = None if in_memory else Checkpointer(os.path.realpath(path), self.write_lock)
         super().__init__(
             path,
             lock_type="IMMEDIATE",

@@ -12,10 +12,12 @@ appending to the WAL while it copies, and the first writer after a complete copy
 One checkpointing thread a database file, however many processes write to it: the thread holding an
 exclusive `flock` of `<database>-checkpointer` checkpoints, the others only try to take it at each
 interval, so one of them takes over within an interval when the holder's process ends, however it ends.
-A process's thread runs while the process commits and ends after IDLE_SECONDS without a commit; the next
-commit starts it again.
+A process's thread runs while the process commits and ends after IDLE_SECONDS without a commit (the next
+commit starts it again), and at exit: the last connection to close then copies the WAL and removes it, as
+SQLite does without a checkpointer.
 """
 
+import atexit
 import fcntl
 import logging
 import os
@@ -29,8 +31,12 @@ log = logging.getLogger("nrllm_sidecar.store")
 SUFFIX = "-checkpointer"
 INTERVAL_SECONDS = 0.1
 IDLE_SECONDS = 5.0
+STOP_SECONDS = 2.0  # at exit, how long a checkpoint under way may take to end
 # A writer's connection checkpoints itself only past this many WAL pages (SQLite's default is 1,000).
 AUTOCHECKPOINT_PAGES = 10_000
+# Past this many, the rest of the WAL is copied with the writers held back (_copy_the_rest).
+RESTART_PAGES = 2_000
+WRITE_LOCK_SECONDS = 1.0  # how long the checkpointer waits for the writers' lock before trying later
 
 # Held while a lock file is opened and while the process forks, so that a child never inherits a
 # checkpointer's descriptor unnoticed: it would hold the parent's flock, with no thread of its own using it.
@@ -41,11 +47,14 @@ _LIVE: "weakref.WeakSet[Checkpointer]" = weakref.WeakSet()
 class Checkpointer:
     """The checkpoints of one SQLite file, for the process's writers through one database object."""
 
-    def __init__(self, database_path: str):
+    def __init__(self, database_path: str, write_lock):
         self._path = database_path
+        self._write_lock = write_lock
         self._state = threading.Lock()
         self._pid = None  # the process whose thread runs (a fork's child starts its own)
         self._lock_fd = None  # the running thread's descriptor of the lock file
+        self._thread = None
+        self._stopping = threading.Event()
         self._last_commit = 0.0
         _LIVE.add(self)
 
@@ -66,55 +75,78 @@ class Checkpointer:
                     self._pid = os.getpid()  # not asked again in this process
                     return
             self._pid = os.getpid()
-            threading.Thread(target=self._run, args=(self._lock_fd,), name="sqlite-checkpointer",
-                             daemon=True).start()
+            self._thread = threading.Thread(target=self._run, args=(self._lock_fd,), name="sqlite-checkpointer",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """End this process's thread (at exit): its connection closes, so the last connection to close
+        copies the WAL and removes it, as SQLite does without a checkpointer."""
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(STOP_SECONDS)
 
     def _run(self, lock_fd: int) -> None:
         try:
-            self._checkpoint_until_idle(lock_fd)
+            self._checkpoint_until_done(lock_fd)
         except Exception:
-            # Not started again in this process (it would fail the same way at every commit); the flock goes,
-            # so another process's thread takes over, and SQLite's own checkpoints remain.
+            # Not started again in this process (it would fail the same way at every commit); another
+            # process's thread takes over, and SQLite's own checkpoints remain.
             log.exception("the WAL checkpoints of %s stopped in this process", self._path)
+        finally:
             with self._state, _FORKS:
-                self._lock_fd = None
-                os.close(lock_fd)
+                if self._lock_fd == lock_fd:
+                    self._lock_fd = None
+                os.close(lock_fd)  # the flock goes with it
 
-    def _checkpoint_until_idle(self, lock_fd: int) -> None:
+    def _checkpoint_until_done(self, lock_fd: int) -> None:
+        """Until the process exits or has not committed for IDLE_SECONDS."""
         connection = sqlite3.connect(self._path, check_same_thread=False)
         try:
             connection.execute("PRAGMA synchronous = NORMAL")  # the writers' setting: the same flushes
             failing = False
-            while True:
-                time.sleep(INTERVAL_SECONDS)
+            while not self._stopping.wait(INTERVAL_SECONDS):
                 if _holds(lock_fd):
                     try:
-                        checkpoint(connection)
+                        if checkpoint(connection)[0] >= RESTART_PAGES:
+                            self._copy_the_rest(connection)
                         failing = False
                     except sqlite3.OperationalError as exc:  # a full disk, say: tried again at the next interval
                         if not failing:
                             log.warning("checkpointing the WAL of %s failed: %s", self._path, exc)
                         failing = True
-                if time.monotonic() - self._last_commit > IDLE_SECONDS and self._stopped_idle(lock_fd):
+                if time.monotonic() - self._last_commit > IDLE_SECONDS and self._ends_idle():
                     return
         finally:
             connection.close()
 
-    def _stopped_idle(self, lock_fd: int) -> bool:
+    def _copy_the_rest(self, connection: sqlite3.Connection) -> None:
+        # SQLite starts the WAL over only when a writer begins with all of it copied. Writers append while a
+        # checkpoint copies, so under steady writes that moment rarely comes, and the WAL grew to 9,500 pages
+        # in a few seconds of bench/bench_cycle.py; past AUTOCHECKPOINT_PAGES every commit would checkpoint
+        # again. The pages appended since the copy just made are few: copied with the writers held back on
+        # their lock (write_lock.py), the next writer finds all of it copied.
+        if not self._write_lock.acquire(WRITE_LOCK_SECONDS):
+            return
+        try:
+            checkpoint(connection)
+        finally:
+            self._write_lock.release()
+
+    def _ends_idle(self) -> bool:
+        """Whether the thread ends for want of commits; the next commit starts another."""
         with self._state:
             if time.monotonic() - self._last_commit <= IDLE_SECONDS:
                 return False  # a commit came meanwhile and saw this thread running
             self._pid = None
-            with _FORKS:
-                self._lock_fd = None
-                os.close(lock_fd)  # the flock goes with it: another process's thread takes over
             return True
 
     def _forget_inherited(self) -> None:
         # In a fork's child: the descriptor belongs to the parent's thread, which the child does not have.
         if self._lock_fd is not None:
             os.close(self._lock_fd)
-        self._lock_fd, self._pid = None, None
+        self._lock_fd, self._pid, self._thread = None, None, None
         self._state = threading.Lock()
 
 
@@ -140,4 +172,10 @@ def _after_fork_in_child() -> None:
         checkpointer._forget_inherited()
 
 
+def _stop_all() -> None:
+    for checkpointer in list(_LIVE):
+        checkpointer.stop()
+
+
+atexit.register(_stop_all)
 os.register_at_fork(before=_FORKS.acquire, after_in_parent=_FORKS.release, after_in_child=_after_fork_in_child)
