@@ -69,6 +69,25 @@ def test_a_commit_leaves_the_wal_to_the_checkpointing_thread(tmp_path):
     assert os.path.getsize(f"{path}-wal") > 0  # the connection is still open: the WAL was not removed by a close
 
 
+def test_under_steady_writes_the_wal_starts_over_instead_of_growing(tmp_path, monkeypatch):
+    # Writers append while a checkpoint copies, so without the copy of the rest with the writers held back
+    # the WAL is never all copied when a writer begins, and grows until a commit checkpoints it itself (past
+    # AUTOCHECKPOINT_PAGES): here to several thousand pages in the four seconds.
+    monkeypatch.setattr(wal_checkpoints, "RESTART_PAGES", 300)
+    path = tmp_path / "notes.sqlite"
+    db = _database(path)
+    page = db.execute_sql("PRAGMA page_size").fetchone()[0]
+    deadline = time.monotonic() + 4
+    written = 0
+    while time.monotonic() < deadline:
+        _write(db, f"note {written} " + "x" * 200)
+        written += 1
+        time.sleep(0.0005)
+    pages_at_most = os.path.getsize(f"{path}-wal") // (page + 24)  # the WAL file keeps its largest size
+    assert written > 2000  # enough pages for the WAL to grow past the bound below without starting over
+    assert pages_at_most < 2000, f"the WAL grew to {pages_at_most} pages over {written} commits"
+
+
 def _commit_every_50_ms(path: str, ready, stop) -> None:
     db = _database(path)
     while not stop.is_set():
