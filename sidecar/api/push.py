@@ -118,11 +118,12 @@ class PushShortcut:
         if environ.get("PATH_INFO") != PATH or environ.get("REQUEST_METHOD") != "POST":
             return None
         length = environ.get("CONTENT_LENGTH", "")
+        length = int(length) if length.isdigit() else 0
         if (environ.get("QUERY_STRING") or "HTTP_ORIGIN" in environ or "HTTP_TRANSFER_ENCODING" in environ
-                or not length.isdigit() or not 0 < int(length) <= self.body_limit):
+                or not 0 < length <= self.body_limit):
             return None
         token = presented_token(environ.get(_TOKEN_KEY, ""), environ.get("HTTP_AUTHORIZATION", ""))
-        return None if token is None else (token, int(length))
+        return None if token is None else (token, length)
 
 
 def _received(delegation: push.Delegation, body: bytes) -> bool:
