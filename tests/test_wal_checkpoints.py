@@ -11,6 +11,7 @@ import time
 
 from sidecar.store import wal_checkpoints
 from sidecar.store.db import SidecarSqliteDatabase
+from tests.support.databases import file_lock_is_free
 
 FORK = multiprocessing.get_context("fork")
 
@@ -51,11 +52,7 @@ def _reaches_database_file(path, text: str) -> bool:
 
 
 def _checkpointing_lock_is_free(path) -> bool:
-    fd = os.open(f"{path}{wal_checkpoints.SUFFIX}", os.O_RDWR | os.O_CREAT)
-    try:
-        return wal_checkpoints._holds(fd)
-    finally:
-        os.close(fd)
+    return file_lock_is_free(f"{path}{wal_checkpoints.SUFFIX}")
 
 
 def test_a_commit_leaves_the_wal_to_the_checkpointing_thread(tmp_path):

@@ -5,6 +5,7 @@ each other's rows; tables are emptied between tests. Without a reachable server 
 message, except under CI=true, where they fail.
 """
 
+import fcntl
 import os
 import uuid
 
@@ -20,6 +21,20 @@ PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.
 MYSQL_ADMIN = os.environ.get("NRLLM_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 DIALECTS = ["sqlite", "postgresql", "mysql"]
+
+
+def file_lock_is_free(path) -> bool:
+    """Whether no process holds the exclusive `flock` of the file at `path` (a SQLite database's `-writer` or
+    `-checkpointer` companion): taken for a moment and let go again."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _unavailable(what: str, exc: Exception):

@@ -6,7 +6,6 @@
 seconds unless the test says otherwise: only a test about a lease running out passes a short one.
 """
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from sidecar.store import db as store_db
 from sidecar.store import write_lock
 from sidecar.worker import Worker
 from tests.support import GENEROUS_LEASE, ROOT
+from tests.support.databases import file_lock_is_free
 
 
 def one_worker_process(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -166,16 +166,7 @@ def _others_in_a_transaction() -> bool:
     """Whether a connection other than this process's holds a transaction open on the store's database (on a
     server, only this test's database: other tests may run beside it)."""
     if store_db.dialect() == "sqlite":  # every writer holds the writer file's lock from BEGIN to COMMIT
-        path = os.path.realpath(store_db.database.obj.database) + write_lock.SUFFIX
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return not file_lock_is_free(os.path.realpath(store_db.database.obj.database) + write_lock.SUFFIX)
     if store_db.dialect() == "postgresql":
         sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
