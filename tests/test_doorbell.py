@@ -111,6 +111,38 @@ def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_ur
         dead.unlink(missing_ok=True)
 
 
+def test_the_turn_passes_on_in_order_when_a_process_ends_between_rings(database_url):
+    folder = doorbell.directory()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    bells = {}
+    for name in ("a", "b", "c"):
+        bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        bell.bind(str(folder / f"{name}-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"))
+        bell.setblocking(False)
+        bells[name] = bell
+
+    def rung_alone() -> str:
+        assert doorbell.ring(doorbell.RUNS_QUEUED, one=True) == 1
+        rings = {name: drained(bell) for name, bell in bells.items()}
+        assert b"".join(rings.values()) == b"q", rings
+        return next(name for name, ring in rings.items() if ring)
+
+    try:
+        first, second = rung_alone(), rung_alone()
+        third = ({"a", "b", "c"} - {first, second}).pop()
+        # The process rung first ends; the one whose turn is next is still rung next (a turn counted by
+        # position would skip it, or ring the second again).
+        gone = bells.pop(first)
+        os.unlink(gone.getsockname())
+        gone.close()
+        assert rung_alone() == third
+        assert rung_alone() == second
+    finally:
+        for bell in bells.values():
+            os.unlink(bell.getsockname())
+            bell.close()
+
+
 def test_a_worker_marks_its_doorbell_busy_while_no_thread_is_free(database_url):
     bell = doorbell.Doorbell()
     bell.start()

@@ -22,6 +22,7 @@ machines) costs what it cost before, the next poll; nothing is ever taken from t
 reason to look.
 """
 
+import bisect
 import contextlib
 import hashlib
 import logging
@@ -100,7 +101,9 @@ class _Ringer:
         self._lock = threading.Lock()
         self._socket: socket.socket | None = None
         self._pid = 0
-        self._turn = 0  # which doorbell a ring for one of them starts with
+        # The doorbell last rung alone: the next ring for one starts after it by name, so the turn passes on
+        # in order even when processes start or end between rings (a position would skip or repeat one).
+        self._last = ""
 
     def ring(self, what: bytes, *, one: bool = False) -> int:
         """Send `what` to every doorbell of the bound database, or with `one` to the next one in turn that
@@ -122,28 +125,30 @@ class _Ringer:
                 bells = free
             else:
                 one = False  # every one looks again when a thread of its own is free
-        entries = [os.path.join(folder, name) for name in bells]
         rung = 0
         with self._lock:
             sender = self._sender()
-            if one and entries:
-                first = self._turn % len(entries)
-                self._turn += 1
-                entries = entries[first:] + entries[:first]
-            for path in entries:
+            if one and bells:
+                first = bisect.bisect_right(bells, self._last) % len(bells)
+                bells = bells[first:] + bells[:first]
+            for name in bells:
                 if one and rung:
                     break
+                path = os.path.join(folder, name)
                 try:
                     sender.sendto(what, path)
-                    rung += 1
                 except BlockingIOError:
-                    rung += 1  # its buffer is full of rings it has yet to read: it will look anyway
+                    pass  # its buffer is full of rings it has yet to read: it will look anyway
                 except (ConnectionRefusedError, FileNotFoundError):
                     for leftover in (path, _busy_mark(path)):  # its process ended without removing them (killed)
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(leftover)
+                    continue
                 except OSError as exc:
                     log.debug("ringing %s failed: %s", path, exc)
+                    continue
+                rung += 1
+                self._last = name
         return rung
 
     def _sender(self) -> socket.socket:
