@@ -8,7 +8,7 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 # The same servers and variables as the tests.
 ADMIN_URLS = {
@@ -68,7 +68,7 @@ def scratch_database(dialect: str):
         create, drop = f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4", f"DROP DATABASE IF EXISTS `{name}`"
     _execute_as_admin(dialect, create)
     try:
-        base, _, _ = ADMIN_URLS[dialect].rpartition("/")
-        yield f"{base}/{name}"
+        # The path replaced, the query kept (a PostgreSQL socket's ?host=/directory).
+        yield urlunsplit(urlsplit(ADMIN_URLS[dialect])._replace(path=f"/{name}"))
     finally:
         _execute_as_admin(dialect, drop)

@@ -151,7 +151,7 @@ def test_a_refused_prepare_inside_a_begun_transaction_fails_that_transaction(dat
 @POSTGRESQL
 def test_prepared_statements_off_sends_each_statement_as_it_is(database_url):
     set_default(Application())
-    bound = store_db.bind(database_url + "?prepared_statements=off")
+    bound = store_db.bind(database_url + ("&" if "?" in database_url else "?") + "prepared_statements=off")
     try:
         run_id = runs.create_run("owner", "hi")
         for _ in range(3):

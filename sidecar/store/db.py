@@ -370,7 +370,9 @@ def connect(url: str):
         return SidecarSqliteDatabase(path, float(query.get("busy_timeout", SQLITE_BUSY_TIMEOUT_SECONDS)))
     common = {
         "database": parsed.path.lstrip("/"),
-        "host": parsed.hostname or "127.0.0.1",
+        # A `host` parameter names the server as the URL's host would: libpq's way to give the directory of
+        # a Unix socket (postgresql://user@/db?host=/var/run/postgresql), which a URL's host cannot hold.
+        "host": query.pop("host", None) or parsed.hostname or "127.0.0.1",
         "user": parsed.username,
         # Per process. serve runs three (two HTTP workers and the worker): 48 of a server's default 100.
         "max_connections": int(query.pop("max_connections", POOL_SIZE)),

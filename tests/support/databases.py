@@ -8,6 +8,7 @@ message, except under CI=true, where they fail.
 import fcntl
 import os
 import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from peewee import sort_models
@@ -45,8 +46,8 @@ def _unavailable(what: str, exc: Exception):
 
 
 def _with_database(admin_url: str, name: str) -> str:
-    base, _, _ = admin_url.rpartition("/")
-    return f"{base}/{name}"
+    """The admin URL with another database: its path replaced, its query (a socket's ?host=/dir) kept."""
+    return urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))
 
 
 def _create_postgres(name: str) -> None:
