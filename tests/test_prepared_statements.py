@@ -9,8 +9,9 @@ from peewee import IntegrityError, ProgrammingError
 
 from sidecar.application import Application, set_default
 from sidecar.domain.clock import utcnow
+from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db as store_db
-from sidecar.store import events, runs, statements
+from sidecar.store import events, leases, runs, statements, status_guard, turns
 from sidecar.store.models import ModelTurn, Run
 
 POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -62,6 +63,33 @@ def test_writes_nobody_reads_go_with_the_commit(database_url):
     assert sent[1].count("; ") == 3 and sent[1].endswith("; COMMIT")  # the turn, the event, the counter
     assert ModelTurn.select().where(ModelTurn.run == run_id).count() == 2
     assert statements.select_value(Run, "iterations_used", id=run_id) == 2
+
+
+@POSTGRESQL
+def test_a_delegating_turn_and_its_journal_row_take_two_round_trips(database_url):
+    status_guard.install(lambda status, origin: None)  # a gate that reads nothing: only the store's statements
+    try:
+        for attempt in range(2):  # the first also prepares each statement, a round trip each
+            runs.create_run("owner", "hi")
+            (claim,) = leases.claim_queued("w", 1, LeasePolicy(30))
+            send = dict(owner="owner", remote_agent="research", message_id=f"m-{attempt}", tool_call_id="call_1",
+                        context_id="ctx", body="{}", origin=None)  # the segment knows its run's origin
+            with _round_trips() as sent:
+                turns.save_turn_and_journal(claim, 0, {"content": "delegating"}, 1, 0.0, {"index": 0}, send=send)
+    finally:
+        status_guard.install(None)
+    # BEGIN, the journal row's INSERT and the run's UPDATE (whose answer is read) together; then the events
+    # and the turn with the COMMIT.
+    assert len(sent) == 2, sent
+    assert sent[0].startswith("BEGIN; ") and 'INSERT INTO "outbound"' in _named(sent[0])
+    assert sent[1].endswith("; COMMIT")
+
+
+def _named(sent: str) -> str:
+    """`sent` with each EXECUTE of a prepared statement replaced by that statement's text."""
+    for name, statement in store_db.database.execute_sql("SELECT name, statement FROM pg_prepared_statements"):
+        sent = sent.replace(f"EXECUTE {name}(", f"{statement.partition(' AS ')[2]}(")
+    return sent
 
 
 @POSTGRESQL

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from sidecar.domain.errors import LeaseLost, MessageIdTaken
+from sidecar.domain.errors import JournalledAlready, LeaseLost, MessageIdTaken
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db, events, grants, leases, outbound, runs, status_guard, turns
-from sidecar.store.models import Outbound, Run
+from sidecar.store.models import ModelTurn, Outbound, Run
 from tests.support.runs import run_row
 
 LEASE = LeasePolicy(30)
@@ -153,6 +153,26 @@ def test_a_first_attempt_that_finds_its_message_id_taken_answers_as_a_retry_does
             _send(claim, "m-taken", body, first_attempt=True)
     assert [row.id for row in Outbound.select()] == [first.id]
     assert len(events.list_events(run_id)) == events_before + (1 if same_body else 0)
+
+
+def test_a_turn_journalled_with_a_taken_message_id_is_refused_and_writes_nothing(open_gate):
+    # save_turn_and_journal sends the row's INSERT with the run's UPDATE (on PostgreSQL in one round trip):
+    # the refusal of a taken id comes from that statement, and undoes the turn and the update with it.
+    run_id = runs.create_run("owner", "x")
+    (claim,) = leases.claim_queued("w", 1, LEASE)
+    first, _ = _send(claim, "m-taken", '{"x": 1}')
+    before = run_row(run_id)
+    events_before = len(events.list_events(run_id))
+    send = dict(owner="owner", remote_agent="research", message_id="m-taken", tool_call_id="call_2",
+                context_id="ctx", body='{"x": 2}')
+    with pytest.raises(JournalledAlready, match="m-taken"):
+        turns.save_turn_and_journal(claim, 0, {"content": "delegating"}, 5, 0.0, {"index": 0}, send=send)
+    assert [row.id for row in Outbound.select()] == [first.id]
+    assert ModelTurn.select().count() == 0
+    after = run_row(run_id)
+    assert (after.iterations_used, after.tokens_used, after.last_event_sequence) == (
+        before.iterations_used, before.tokens_used, before.last_event_sequence)
+    assert len(events.list_events(run_id)) == events_before
 
 
 def test_an_actors_candidates_are_its_runs_its_granted_workspaces_person_waits_and_its_decisions(database_url):

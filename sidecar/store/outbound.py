@@ -89,14 +89,25 @@ def _journal_first(claim: Claim, **fields) -> Outbound:
 
 def journal_first_send(claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str,
                        context_id: str, body: str, push_token: str | None = None, resend_count: int = 0,
-                       origin=UNREAD, with_event: bool = True) -> Outbound:
+                       origin=UNREAD, with_event: bool = True, deferred: bool = False) -> Outbound:
     """record_send()'s new row of a first attempt, inside the caller's transaction: the gate checked, the row
     and (unless the caller writes it with its own update of the run: turns.save_turn_and_journal) its
-    `outbound` event (journal_event) written. JournalledAlready when the message id is taken."""
+    `outbound` event (journal_event) written. JournalledAlready when the message id is taken; with `deferred`
+    (statements.insert_row) the INSERT may go with the caller's next statement, which then raises
+    IntegrityError for a taken id instead (the caller maps it: message_id_taken)."""
     _refuse_secret(body, push_token)
     return _insert_send(claim, JournalledAlready, owner=owner, remote_agent=remote_agent, message_id=message_id,
                         tool_call_id=tool_call_id, context_id=context_id, body=body, push_token=push_token,
-                        resend_count=resend_count, origin=origin, with_event=with_event)
+                        resend_count=resend_count, origin=origin, with_event=with_event, deferred=deferred)
+
+
+def message_id_taken(message_id: str) -> JournalledAlready:
+    """What a deferred journal_first_send()'s INSERT refused by the unique message id means."""
+    return JournalledAlready(_journalled_concurrently(message_id))
+
+
+def _journalled_concurrently(message_id: str) -> str:
+    return f"message id {message_id} was journalled concurrently"
 
 
 def journal_event(row: Outbound) -> tuple[str, dict]:
@@ -118,7 +129,7 @@ def _record_send(claim: Claim, **fields) -> tuple[Outbound, bool]:
 
 def _insert_send(claim: Claim, taken: type[Exception], *, owner: str, remote_agent: str, message_id: str,
                  tool_call_id: str, context_id: str, body: str, push_token: str | None, resend_count: int,
-                 origin, with_event: bool = True) -> Outbound:
+                 origin, with_event: bool = True, deferred: bool = False) -> Outbound:
     """The new `send` row and (`with_event`) its event, once the gate lets the run wait on it; `taken` is raised
     when the message id is journalled already."""
     if origin is UNREAD:
@@ -132,9 +143,9 @@ def _insert_send(claim: Claim, taken: type[Exception], *, owner: str, remote_age
     )
     row = Outbound(**values)
     try:
-        statements.insert_row(Outbound, values)
+        statements.insert_row(Outbound, values, deferred=deferred)
     except IntegrityError:
-        raise taken(f"message id {message_id} was journalled concurrently") from None
+        raise taken(_journalled_concurrently(message_id)) from None
     if with_event:
         _event(claim, row, _JOURNALLED)
     return row

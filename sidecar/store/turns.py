@@ -8,6 +8,8 @@ the tool again.
 
 import json
 
+from peewee import IntegrityError
+
 from ..domain.clock import utcnow
 from ..domain.vocabulary import RunStatus, TerminationReason
 from . import outbound, statements
@@ -45,9 +47,14 @@ def save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, 
 @transactional
 def _save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
                            send: dict) -> outbound.Outbound:
-    row = outbound.journal_first_send(claim, **send, with_event=False)
-    _, cancel_requested_at = fenced_update_with_events(
-        claim, [("llm", event), outbound.journal_event(row)], ("cancel_requested_at",), add=_counts(tokens, cost))
+    # The row's INSERT goes to the server with the run's UPDATE (a round trip less on PostgreSQL): a taken
+    # message id is refused there.
+    row = outbound.journal_first_send(claim, **send, with_event=False, deferred=True)
+    try:
+        _, cancel_requested_at = fenced_update_with_events(
+            claim, [("llm", event), outbound.journal_event(row)], ("cancel_requested_at",), add=_counts(tokens, cost))
+    except IntegrityError:
+        raise outbound.message_id_taken(send["message_id"]) from None
     if cancel_requested_at is not None:
         raise _CancelMarked
     _insert_turn(claim, index, message, tokens, cost)
