@@ -1,9 +1,6 @@
 """PostgreSQL: the store's kept statements are prepared once per connection and executed by name after, on a
 real server (store/db.py, SidecarPostgresqlDatabase)."""
 
-import contextlib
-
-import psycopg2.extensions
 import pytest
 from peewee import IntegrityError, ProgrammingError
 
@@ -13,6 +10,7 @@ from sidecar.domain.lease import LeasePolicy
 from sidecar.store import db as store_db
 from sidecar.store import events, leases, runs, statements, status_guard, turns
 from sidecar.store.models import ModelTurn, Run
+from tests.support.databases import round_trips
 
 POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
@@ -24,25 +22,6 @@ def _prepared(text_part: str) -> list[str]:
     return [statement for (statement,) in rows]
 
 
-@contextlib.contextmanager
-def _round_trips():
-    """What this thread's connection sends the server meanwhile, one text a round trip (peewee sends even BEGIN
-    and COMMIT through a cursor)."""
-    sent: list[str] = []
-
-    class Recording(psycopg2.extensions.cursor):
-        def execute(self, query, vars=None):
-            sent.append(query.decode() if isinstance(query, bytes) else query)
-            return super().execute(query, vars)
-
-    connection = store_db.database.connection()
-    connection.cursor_factory = Recording
-    try:
-        yield sent
-    finally:
-        connection.cursor_factory = None
-
-
 def _turn(run_id: str, index: int) -> dict:
     return {"run_id": run_id, "index": index, "message": "{}", "tokens": 0, "cost": 0.0, "created_at": utcnow()}
 
@@ -51,7 +30,7 @@ def _turn(run_id: str, index: int) -> dict:
 def test_writes_nobody_reads_go_with_the_commit(database_url):
     run_id = runs.create_run("owner", "hi")
     for index in range(2):  # the first time also prepares each statement, a round trip each
-        with _round_trips() as sent, store_db.database.atomic():
+        with round_trips() as sent, store_db.database.atomic():
             sequence = statements.update_run(run_id, where={}, values={}, add={"last_event_sequence": 1},
                                              returning=("last_event_sequence",))[0]
             statements.insert_values(ModelTurn, _turn(run_id, index), deferred=True)
@@ -74,7 +53,7 @@ def test_a_delegating_turn_and_its_journal_row_take_two_round_trips(database_url
             (claim,) = leases.claim_queued("w", 1, LeasePolicy(30))
             send = dict(owner="owner", remote_agent="research", message_id=f"m-{attempt}", tool_call_id="call_1",
                         context_id="ctx", body="{}", origin=None)  # the segment knows its run's origin
-            with _round_trips() as sent:
+            with round_trips() as sent:
                 turns.save_turn_and_journal(claim, 0, {"content": "delegating"}, 1, 0.0, {"index": 0}, send=send)
     finally:
         status_guard.install(None)

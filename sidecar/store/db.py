@@ -490,17 +490,37 @@ def transactional(fn):
         if database.in_transaction():
             with database.atomic():
                 return fn(*args, **kwargs)
-        for attempt in range(TRANSIENT_RETRIES):
-            try:
-                with database.atomic():
-                    return fn(*args, **kwargs)
-            except OperationalError as exc:
-                if attempt + 1 == TRANSIENT_RETRIES or not _is_transient(exc):
-                    raise
-                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-        raise AssertionError("unreachable")
+        return _retrying(fn, args, kwargs, atomic=True)
 
     return wrapper
+
+
+def retried(fn):
+    """fn, which runs one statement: outside a transaction that statement is a transaction of its own (no
+    BEGIN, no COMMIT: one round trip), retried as transactional() retries a whole one. Inside a transaction
+    it is part of it, and not retried on its own."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if database.in_transaction():
+            return fn(*args, **kwargs)
+        return _retrying(fn, args, kwargs, atomic=False)
+
+    return wrapper
+
+
+def _retrying(fn, args, kwargs, *, atomic: bool):
+    for attempt in range(TRANSIENT_RETRIES):
+        try:
+            if not atomic:
+                return fn(*args, **kwargs)
+            with database.atomic():
+                return fn(*args, **kwargs)
+        except OperationalError as exc:
+            if attempt + 1 == TRANSIENT_RETRIES or not _is_transient(exc):
+                raise
+            time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 # -- database outages: a server restart, a network cut, a SQLite lock held past the busy timeout ---------------

@@ -5,6 +5,7 @@ each other's rows; tables are emptied between tests. Without a reachable server 
 message, except under CI=true, where they fail.
 """
 
+import contextlib
 import fcntl
 import os
 import uuid
@@ -36,6 +37,27 @@ def file_lock_is_free(path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def round_trips():
+    """PostgreSQL: what this thread's connection sends the server meanwhile, one text a round trip (peewee
+    sends even BEGIN and COMMIT through a cursor)."""
+    import psycopg2.extensions
+
+    sent: list[str] = []
+
+    class Recording(psycopg2.extensions.cursor):
+        def execute(self, query, vars=None):
+            sent.append(query.decode() if isinstance(query, bytes) else query)
+            return super().execute(query, vars)
+
+    connection = store_db.database.connection()
+    connection.cursor_factory = Recording
+    try:
+        yield sent
+    finally:
+        connection.cursor_factory = None
 
 
 def _unavailable(what: str, exc: Exception):
