@@ -178,8 +178,11 @@ def _poll_now(wait_id: str, pushed_outbound_id: str | None = None) -> bool:
     if dialect() == "postgresql":
         # The same in one statement, its own transaction: one round trip instead of two (BEGIN with the
         # UPDATEs, then NOTIFY with the COMMIT).
-        return retried(statements.make_due_since_start_notifying)(wait_id, pushed_outbound_id, notify.CHANNEL)
+        return _make_due_notifying(wait_id, pushed_outbound_id, notify.CHANNEL)
     return _poll_now_in_a_transaction(wait_id, pushed_outbound_id)
+
+
+_make_due_notifying = retried(statements.make_due_since_start_notifying)
 
 
 @transactional
