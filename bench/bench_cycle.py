@@ -27,6 +27,8 @@ cpu ms      CPU time per cycle (user and system, /proc/<pid>/stat) of the API pr
             process, and of all of them: the figure that moves least with the machine's load
 db ms       CPU time per cycle of PostgreSQL's backends serving the sidecar, when the server runs on this
             machine (it shares the cores, so it bounds cycles/s too); not in cpu ms, which the floor counts
+others ms   CPU time per cycle of the benchmark's own processes, which share the cores too: the remote agents
+            and this process (the host's HTTP clients and the watcher of the runs); not in cpu ms either
 
 --stages    after each row, the steps between a run's events (the event kinds, a status by its new value, the
             wait's resolution as `resolved`) with their mean, p50 and p99 ms over the row's runs, the steps
@@ -119,6 +121,7 @@ class Row:
     api_ms: float
     worker_ms: list[float]  # per worker process
     db_ms: float  # the database server's backends (PostgreSQL on this machine; NaN elsewhere)
+    others_ms: float  # the remote agents' processes and this one (the host)
 
     @property
     def total_ms(self) -> float:
@@ -152,6 +155,10 @@ class Agents:
                                 ("sdk", self.sdk_url, False), ("sdk-push", self.sdk_url, True)):
             remote_agents.create_agent(name, AgentFields(url=url, poll_interval_seconds=POLL_SECONDS,
                                                          deadline_seconds=600, push=push))
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the agents' processes have used so far."""
+        return cpu_seconds(self.fast.pid) + cpu_seconds(self.sdk.pid)
 
     def stop(self) -> None:
         for proc in (self.fast, self.sdk):
@@ -305,12 +312,14 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
                     api_pids, worker_pids = api_and_workers(processes)
                     before = {pid: cpu_seconds(pid) for pid in api_pids + worker_pids}
                     backends_before = backends_cpu()
+                    others_before = agents.cpu_seconds() + time.process_time()
                     rate, latencies, ids = drive(api_port, token, phase)
                     used = {pid: (cpu_seconds(pid) - before[pid]) * 1000 / phase.runs for pid in before}
                     db_ms = backends_ms(backends_before, phase.runs)
+                    others_ms = (agents.cpu_seconds() + time.process_time() - others_before) * 1000 / phase.runs
                     check_answers(ids)
                     rows.append(Row(dialect, phase, bound_rate, rate, latencies, sum(used[p] for p in api_pids),
-                                    [used[p] for p in worker_pids], db_ms))
+                                    [used[p] for p in worker_pids], db_ms, others_ms))
                     print_row(rows[-1], quick)
                     if stages:
                         print_stages(ids)
@@ -323,7 +332,7 @@ def measure(dialect: str, url: str, phases: tuple[Phase, ...], quick: bool, work
 
 
 COLUMNS = (f"{'database':<11}{'agent':<9}{'in flight':>10}{'runs':>6}{'commits/s':>10}{'cycles/s':>9}{'p50 ms':>8}"
-           f"{'p99 ms':>8}{'api ms':>8}{'worker ms':>14}{'cpu ms':>8}{'db ms':>7}")
+           f"{'p99 ms':>8}{'api ms':>8}{'worker ms':>14}{'cpu ms':>8}{'db ms':>7}{'others ms':>10}")
 
 
 def floors_of(row: Row) -> list[tuple[str, float, bool]]:
@@ -344,7 +353,7 @@ def print_row(row: Row, quick: bool) -> None:
     print(f"{row.dialect:<11}{row.phase.agent:<9}{row.phase.in_flight:>10}{row.phase.runs:>6}"
           f"{row.commits_per_second:>10.0f}{row.cycles_per_second:>9.1f}{percentile(row.latencies_ms, 0.5):>8.0f}"
           f"{percentile(row.latencies_ms, 0.99):>8.0f}{row.api_ms:>8.2f} {workers:>13}{row.total_ms:>8.2f}"
-          f"{'-' if math.isnan(row.db_ms) else f'{row.db_ms:.1f}':>7}  {verdicts}",
+          f"{'-' if math.isnan(row.db_ms) else f'{row.db_ms:.1f}':>7}{row.others_ms:>10.1f}  {verdicts}",
           flush=True)
 
 
