@@ -9,6 +9,7 @@ from sidecar.domain.clock import utcnow
 from sidecar.store import db as store_db
 from sidecar.store import runs, waits
 from sidecar.store.models import DependencyWait, RemoteAgent
+from tests.support.delegation import journalled_send, suspend_on
 
 
 def seed(count: int, *, due_in: float = -1.0, deadline_in: float = 3600.0, interval: float = 30.0) -> list[str]:
@@ -92,3 +93,27 @@ def test_a_coordinator_claims_only_what_is_due_and_wakes_when_the_next_wait_is_d
         assert coordinator._sleep_seconds(time.monotonic()) == MIN_PAUSE_SECONDS  # never a busy loop
     finally:
         coordinator.stop()
+
+
+def test_a_claimed_wait_comes_with_its_journal_row_and_agent_read_by_the_claims_one_statement(
+        database_url, every_status_writable):
+    (without_row,) = seed(1)  # its agent "research" (polled every 30 s), and a wait whose journal row is gone
+    claim, row, _ = journalled_send()
+    wait = suspend_on(claim, row)
+    waits.poll_now(wait.id)  # due at once
+    statements = []
+    if store_db.dialect() == "sqlite":
+        store_db.database.connection().set_trace_callback(statements.append)
+    try:
+        claimed = {found.id: found for found in waits.claim_due(10)}
+    finally:
+        if store_db.dialect() == "sqlite":
+            store_db.database.connection().set_trace_callback(None)
+    assert set(claimed) == {wait.id, without_row}
+    found = claimed[wait.id]
+    assert (found.journal_row.id, found.journal_row.remote_task_id) == (row.id, row.remote_task_id)
+    agent = found.agent
+    assert (agent.name, agent.url, agent.poll_interval_seconds) == ("research", "http://127.0.0.1:9/", 30)
+    assert claimed[without_row].journal_row is None and claimed[without_row].agent.name == "research"
+    if statements:  # SQLite: the claim's one read (its UPDATE and the transaction's BEGIN and COMMIT aside)
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "UPDATE", "COMMIT"], statements

@@ -16,7 +16,6 @@ from datetime import timedelta
 import pytest
 
 from sidecar.delegation import push
-from sidecar.domain import push_tokens
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState, StatusNotWritable
 from sidecar.domain.lease import LeasePolicy
@@ -24,29 +23,13 @@ from sidecar.store import db, leases, notify, outbound, push_counts, resends, re
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
 from tests.support.databases import round_trips
-from tests.support.delegation import journalled_send
+from tests.support.delegation import journalled_send, suspend_on
 from tests.support.runs import event_kinds, event_payloads, run_row, sequences
 
 LEASE = LeasePolicy(30)
 
 
 pytestmark = pytest.mark.usefixtures("every_status_writable")
-
-
-def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
-               push_token: str | None = None, answer_task: str | None = None) -> DependencyWait:
-    """Suspend the claimed run on the send `row`; with `answer_task`, the suspension records the send's answer
-    (accepted, that task) on the row."""
-    now = utcnow()
-    outcome, task_id = ("accepted", answer_task) if answer_task else (row.outcome, row.remote_task_id)
-    suspension = waits.Suspension(
-        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=outcome,
-        remote_task_id=task_id, checkpoint="sealed", key_fingerprint="f" * 16,
-        deadline_at=now + timedelta(seconds=deadline_in),
-        next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
-        push_token_sha256=push_tokens.digest(push_token) if push_token else None)
-    waits.suspend(claim, suspension, delegations=1, bytes_used=8, record_outcome=answer_task is not None)
-    return waits.current_wait(claim.run_id)
 
 
 def waiting_run(*, outcome: str = "accepted", deadline_in: float = 3600, poll: float | None = 60) -> DependencyWait:

@@ -159,15 +159,12 @@ class Coordinator:
         """Claim what is due and poll it; returns how many waits were polled."""
         due = waits.claim_due(self.batch)
         metrics.CLAIM_CONFLICTS.inc(due.conflicts)
-        # The batch's journal rows and agents in two queries, not two per wait (bench/bench_waiting.py:
-        # with 1,000 due those lookups were most of a tick).
-        rows = outbound.get_many(wait.outbound_id for wait in due)
-        agents = {agent.name: agent for agent in remote_agents.list_agents()} if due else {}
+        # Each wait comes with its journal row and its agent, read by the claim's own statement: no lookups
+        # per wait (bench/bench_waiting.py: with 1,000 due those were most of a tick), nor for the batch.
         # Each task hands its pooled connection back: the pool checks it before lending it again (after a
         # database restart, the pool's threads would otherwise keep connections the server has closed).
         poll = db.releasing_connection(self.poll)
-        polls = [self._pool.submit(poll, wait, rows.get(wait.outbound_id), agents.get(wait.remote_agent))
-                 for wait in due]
+        polls = [self._pool.submit(poll, wait, wait.journal_row, wait.agent) for wait in due]
         for finished in polls:
             finished.result()
         return len(due)

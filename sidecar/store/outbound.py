@@ -278,12 +278,6 @@ def pushed_early(outbound_id: str) -> bool:
                                    for_update=dialect() != "sqlite") is not None
 
 
-def get_many(outbound_ids) -> dict[str, Outbound]:
-    """Rows by id in one query (a coordinator tick reads the rows of its whole batch at once)."""
-    ids = list(set(outbound_ids))
-    return {row.id: row for row in statements.select_in(Outbound, "id", ids)} if ids else {}
-
-
 def by_message_id(message_id: str) -> Outbound | None:
     return statements.select_one(Outbound, message_id=message_id)
 

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..domain.vocabulary import RunStatus
 from .db import database, dialect_of, returning_in
-from .models import DependencyWait, ModelTurn, Outbound, Run, RunEvent, ToolResult
+from .models import DependencyWait, ModelTurn, Outbound, RemoteAgent, Run, RunEvent, ToolResult
 
 _RUN_FIELDS = Run._meta.columns  # column name -> field
 RUN_COLUMNS = tuple(_RUN_FIELDS)  # every column of a run
@@ -185,19 +185,6 @@ def select_many(model, **equal) -> list:
     return _instances(model, database.execute_kept(sql, params))
 
 
-@functools.lru_cache(maxsize=1024)
-def _select_in_text(syntax: Syntax, table: str, column: str, count: int) -> str:
-    return f"SELECT * FROM {_name(syntax, table)} WHERE {_name(syntax, column)} IN ({_placeholders(syntax, count)})"
-
-
-def select_in(model, column: str, values) -> list:
-    """The rows of `model` whose `column` is one of `values` (a list), as model instances."""
-    field = model._meta.columns[column]
-    sql = _select_in_text(_syntax(), model._meta.table_name, column, len(values))
-    # Not kept prepared: each count of values is another text.
-    return _instances(model, database.execute_sql(sql, [field.db_value(value) for value in values]))
-
-
 @functools.lru_cache(maxsize=64)
 def _select_all_text(syntax: Syntax, table: str, order_by: str) -> str:
     return f"SELECT * FROM {_name(syntax, table)} ORDER BY {_name(syntax, order_by)}"
@@ -211,32 +198,44 @@ def select_all(model, order_by: str) -> list:
 _WAIT_FIELDS = DependencyWait._meta.columns
 _WAIT_COLUMNS = tuple(_WAIT_FIELDS)
 _WAIT_FIELD_LIST = tuple(_WAIT_FIELDS.values())
+_OUTBOUND_FIELD_LIST = tuple(_OUTBOUND_FIELDS.values())
+_AGENT_FIELD_LIST = tuple(RemoteAgent._meta.columns.values())
 
 
 @functools.lru_cache(maxsize=64)
 def _due_waits_text(syntax: Syntax, limit: int) -> str:
-    def wait(column):
-        return f"w.{_name(syntax, column)}"
+    def columns(alias, fields):
+        return ", ".join(f"{alias}.{_name(syntax, field.column_name)}" for field in fields)
 
-    sql = (f"SELECT {', '.join(wait(c) for c in _WAIT_COLUMNS)}, a.{_name(syntax, 'poll_interval_seconds')},"
-           f" r.{_name(syntax, 'deadline_at')} FROM {_name(syntax, 'dependency_waits')} AS w"
-           f" JOIN {_name(syntax, 'remote_agents')} AS a ON {wait('remote_agent')} = a.{_name(syntax, 'name')}"
-           f" JOIN {_name(syntax, 'runs')} AS r ON {wait('run_id')} = r.{_name(syntax, 'id')}"
-           f" WHERE {wait('resolved_at')} IS NULL AND {wait('next_poll_at')} <= {syntax.param}"
-           f" ORDER BY {wait('next_poll_at')}, {wait('id')} LIMIT {int(limit)}")
+    def of(alias, column):
+        return f"{alias}.{_name(syntax, column)}"
+
+    sql = (f"SELECT {columns('w', _WAIT_FIELD_LIST)}, {of('r', 'deadline_at')},"
+           f" {columns('o', _OUTBOUND_FIELD_LIST)}, {columns('a', _AGENT_FIELD_LIST)}"
+           f" FROM {_name(syntax, 'dependency_waits')} AS w"
+           f" JOIN {_name(syntax, 'remote_agents')} AS a ON {of('w', 'remote_agent')} = {of('a', 'name')}"
+           f" JOIN {_name(syntax, 'runs')} AS r ON {of('w', 'run_id')} = {of('r', 'id')}"
+           f" LEFT JOIN {_name(syntax, 'outbound')} AS o ON {of('w', 'outbound_id')} = {of('o', 'id')}"
+           f" WHERE {of('w', 'resolved_at')} IS NULL AND {of('w', 'next_poll_at')} <= {syntax.param}"
+           f" ORDER BY {of('w', 'next_poll_at')}, {of('w', 'id')} LIMIT {int(limit)}")
     return sql + " FOR UPDATE OF w SKIP LOCKED" if syntax.dialect == "postgresql" else sql
 
 
 def due_waits(now, limit: int) -> list:
-    """Up to `limit` open waits due at `now`, earliest first, each with its agent's `poll_interval` (seconds)
-    and its run's `run_deadline_at`. On PostgreSQL the rows are locked for this transaction, and rows another
+    """Up to `limit` open waits due at `now`, earliest first, each with what its poll acts on: `agent`, its
+    remote agent (a RemoteAgent), `journal_row`, the send it names (an Outbound, None if there is none), and
+    `run_deadline_at`, its run's own deadline; all in the one statement (a tick read the rows and the agents
+    with two more). On PostgreSQL the waits' rows are locked for this transaction, and rows another
     coordinator holds are skipped."""
     cursor = database.execute_kept(_due_waits_text(_syntax(), limit), (_POLL_AT.db_value(now),))
+    waits, sends = len(_WAIT_FIELD_LIST), len(_OUTBOUND_FIELD_LIST)
     found = []
     for row in cursor.fetchall():
-        wait = _from_row(DependencyWait, _WAIT_FIELD_LIST, row[:-2])
-        wait.poll_interval = row[-2]
-        wait.run_deadline_at = _RUN_FIELDS["deadline_at"].python_value(row[-1])
+        wait = _from_row(DependencyWait, _WAIT_FIELD_LIST, row[:waits])
+        wait.run_deadline_at = _RUN_FIELDS["deadline_at"].python_value(row[waits])
+        send = row[waits + 1:waits + 1 + sends]
+        wait.journal_row = _from_row(Outbound, _OUTBOUND_FIELD_LIST, send) if send[0] is not None else None
+        wait.agent = _from_row(RemoteAgent, _AGENT_FIELD_LIST, row[waits + 1 + sends:])
         found.append(wait)
     return found
 

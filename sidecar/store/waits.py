@@ -129,7 +129,8 @@ def open_wait_on(run_id: str, outbound_id: str) -> DependencyWait | None:
 
 def claim_due(limit: int, now: datetime | None = None) -> ClaimBatch:
     """Claim up to `limit` due waits by moving each one's next poll to now + its agent's interval (but
-    not past its deadline). Each claimed wait carries `run_deadline_at`, the run's own deadline."""
+    not past its deadline). Each claimed wait carries what its poll acts on (statements.due_waits): `agent`,
+    `journal_row` and `run_deadline_at`, the run's own deadline."""
     return _claim_due(limit, now or utcnow())
 
 
@@ -147,7 +148,7 @@ def _claim_due(limit: int, now: datetime) -> ClaimBatch:
     by_time: dict[datetime, list[str]] = {}
     for wait in due:
         deadline = earliest(wait.deadline_at, wait.run_deadline_at)
-        after_interval = now + timedelta(seconds=wait.poll_interval)
+        after_interval = now + timedelta(seconds=wait.agent.poll_interval_seconds)
         # Once the deadline has passed, the interval paces further attempts at acting on it (a key may be
         # missing meanwhile); before it, the deadline caps the wait so it is acted on in time.
         wait.claimed_next_poll_at = after_interval if deadline <= now else min(after_interval, deadline)

@@ -5,11 +5,14 @@ A module of delegation flows marks itself `pytestmark = ON_A2A_DATABASES`."""
 
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
 
 from sidecar.domain import push_tokens
-from sidecar.store import consumers, leases, outbound, remote_agents, runs, status_guard
+from sidecar.domain.clock import utcnow
+from sidecar.store import consumers, leases, outbound, remote_agents, runs, status_guard, waits
+from sidecar.store.models import DependencyWait
 from sidecar.store.remote_agents import AgentFields
 from tests.support.peers import PeerPool
 from tests.support.segments import LEASE
@@ -72,6 +75,22 @@ def journalled_send(*, outcome: str = "accepted", push: bool = False):
         task_id = f"task-{run_id}" if outcome == "accepted" else None
         outbound.record_outcome(claim, row.id, outcome, remote_task_id=task_id)
     return claim, outbound.get(row.id), token
+
+
+def suspend_on(claim, row, *, deadline_in: float = 3600, poll: float | None = 60,
+               push_token: str | None = None, answer_task: str | None = None) -> DependencyWait:
+    """Suspend the claimed run on the send `row` (a journalled_send()), on the remote agent "research"; with
+    `answer_task`, the suspension records the send's answer (accepted, that task) on the row."""
+    now = utcnow()
+    outcome, task_id = ("accepted", answer_task) if answer_task else (row.outcome, row.remote_task_id)
+    suspension = waits.Suspension(
+        tool_call_id="call_1", turn_index=0, remote_agent="research", outbound_id=row.id, outcome=outcome,
+        remote_task_id=task_id, checkpoint="sealed", key_fingerprint="f" * 16,
+        deadline_at=now + timedelta(seconds=deadline_in),
+        next_poll_at=now + timedelta(seconds=poll) if poll is not None else None,
+        push_token_sha256=push_tokens.digest(push_token) if push_token else None)
+    waits.suspend(claim, suspension, delegations=1, bytes_used=8, record_outcome=answer_task is not None)
+    return waits.current_wait(claim.run_id)
 
 
 def send_body(token: str) -> str:
