@@ -196,7 +196,6 @@ def select_all(model, order_by: str) -> list:
 
 
 _WAIT_FIELDS = DependencyWait._meta.columns
-_WAIT_COLUMNS = tuple(_WAIT_FIELDS)
 _WAIT_FIELD_LIST = tuple(_WAIT_FIELDS.values())
 _OUTBOUND_FIELD_LIST = tuple(_OUTBOUND_FIELDS.values())
 _AGENT_FIELD_LIST = tuple(RemoteAgent._meta.columns.values())
