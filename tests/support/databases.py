@@ -16,7 +16,7 @@ from peewee import sort_models
 
 from sidecar.application import Application, set_default
 from sidecar.store import db as store_db
-from sidecar.store import migrations
+from sidecar.store import migrations, push_counts
 from sidecar.store.models import BaseModel, SchemaMigration
 
 PG_ADMIN = os.environ.get("NRLLM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -168,6 +168,9 @@ def database_url(request, tmp_path, server_databases):
     migrations.upgrade()
     _empty_tables()
     yield url
+    # Pushes the test counted are written now, as a stopping process writes them, not by a timer that would
+    # outlive the test and find its database gone.
+    push_counts.flush()
     if not bound.is_closed():
         bound.close()
     if hasattr(bound, "close_all"):
@@ -197,4 +200,5 @@ def sqlite_url(tmp_path):
     store_db.bind(url)
     migrations.upgrade()
     yield url
+    push_counts.flush()  # as in database_url
     store_db.database.close()
