@@ -1,14 +1,17 @@
 """Claiming due dependency waits, on each database: a batch is claimed in one transaction, coordinators
 racing for the same rows never claim one twice, and the next poll is the interval capped by the deadline."""
 
+import contextlib
 import threading
 import uuid
 from datetime import timedelta
 
+from sidecar.delegation.cancels import MAX_ATTEMPTS
 from sidecar.domain.clock import utcnow
 from sidecar.store import db as store_db
-from sidecar.store import runs, waits
+from sidecar.store import outbound, runs, waits
 from sidecar.store.models import DependencyWait, RemoteAgent
+from tests.support.databases import round_trips
 from tests.support.delegation import journalled_send, suspend_on
 
 
@@ -80,16 +83,16 @@ def test_a_coordinator_claims_only_what_is_due_and_wakes_when_the_next_wait_is_d
     period, due_in = 9.0, 4.0
     coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url), tick_seconds=period)
     try:
-        assert waits.earliest_due() is None  # nothing waits: no claim at all
+        assert waits.next_due(MAX_ATTEMPTS) == (None, None)  # nothing waits: no claim at all
         assert period - 4 < coordinator._sleep_seconds(time.monotonic()) <= period
         seed(1, due_in=due_in)
-        assert not coordinator._is_due(due := waits.earliest_due())
+        assert not coordinator._is_due((due := waits.next_due(MAX_ATTEMPTS)).poll)
         # Due sooner than the next period: looked at when due, not up to a period later; the loop's own read
         # of the due index gives the same sleep as a read of its own.
         for sleep in (coordinator._sleep_seconds(time.monotonic()), coordinator._sleep_seconds(time.monotonic(), due)):
             assert MIN_PAUSE_SECONDS <= sleep <= due_in
         seed(1, due_in=-1.0)
-        assert coordinator._is_due(waits.earliest_due())
+        assert coordinator._is_due(waits.next_due(MAX_ATTEMPTS).poll)
         assert coordinator._sleep_seconds(time.monotonic()) == MIN_PAUSE_SECONDS  # never a busy loop
     finally:
         coordinator.stop()
@@ -117,3 +120,50 @@ def test_a_claimed_wait_comes_with_its_journal_row_and_agent_read_by_the_claims_
     assert claimed[without_row].journal_row is None and claimed[without_row].agent.name == "research"
     if statements:  # SQLite: the claim's one read (its UPDATE and the transaction's BEGIN and COMMIT aside)
         assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "UPDATE", "COMMIT"], statements
+
+
+def test_a_coordinator_sleeps_until_a_cancels_next_attempt_is_due(database_url, tmp_path, every_status_writable):
+    import time
+
+    from sidecar.config import Settings
+    from sidecar.delegation.coordinator import Coordinator
+
+    period, due_in = 9.0, 3.0  # a long period, as above: the cancel, not the period, must end the sleep
+    coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url), tick_seconds=period)
+    try:
+        _, send_row, _ = journalled_send()
+        cancel = outbound.journal_cancel(send_row, [], utcnow())
+        assert waits.next_due(MAX_ATTEMPTS).cancel <= utcnow(), "never tried: due since it was journalled"
+        assert outbound.claim_cancel(cancel, utcnow(), retry_at=utcnow() + timedelta(seconds=due_in))
+        due = waits.next_due(MAX_ATTEMPTS)
+        assert due.poll is None and 0 < (due.cancel - utcnow()).total_seconds() <= due_in
+        assert coordinator._sleep_seconds(time.monotonic()) <= due_in
+        assert waits.next_due(1) == (None, None), "no attempt is left"
+    finally:
+        coordinator.stop()
+
+
+def test_a_look_with_nothing_due_reads_the_database_once(database_url, tmp_path, every_status_writable):
+    from sidecar.config import Settings
+    from sidecar.delegation.coordinator import Coordinator
+
+    seed(1, due_in=3600)
+    _, send_row, _ = journalled_send()
+    cancel = outbound.journal_cancel(send_row, [], utcnow())
+    assert outbound.claim_cancel(cancel, utcnow(), retry_at=utcnow() + timedelta(hours=1))
+    coordinator = Coordinator(Settings(instance_path=tmp_path, database_url=database_url))
+    try:
+        coordinator.look()  # on PostgreSQL the first look also prepares its statement
+        statements = []
+        if database_url.startswith("sqlite"):
+            store_db.database.connection().set_trace_callback(statements.append)
+        try:
+            with round_trips() if database_url.startswith("postgresql") else contextlib.nullcontext([]) as sent:
+                busy, due = coordinator.look()
+        finally:
+            if database_url.startswith("sqlite"):
+                store_db.database.connection().set_trace_callback(None)
+        assert not busy and due.poll > utcnow() and due.cancel > utcnow()  # nothing done: the sleep uses this read
+        assert len(statements or sent or ["(MariaDB: not counted)"]) == 1, statements or sent
+    finally:
+        coordinator.stop()

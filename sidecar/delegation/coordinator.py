@@ -12,9 +12,9 @@ CancelTask that the tick then sends (delegation/cancels.py). A run that waits ho
 between ticks: only due rows cost anything.
 
 Wake-ups: a push or a cancel in this process wakes the loop at once. Across processes, on PostgreSQL, a
-dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time (at most
-IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due index every TICK_SECONDS, or
-sooner when a wait is due sooner.
+dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time of a wait or of
+a cancel's next attempt (at most IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due
+index every TICK_SECONDS, or sooner when something is due sooner. Every look reads both due times at once.
 """
 
 import logging
@@ -52,7 +52,7 @@ IDLE_SECONDS = 10.0
 POLL_THREADS = {"sqlite": 8}
 DEFAULT_POLL_THREADS = 4
 _READ = object()  # poll(): read the journal row or the agent itself
-_UNREAD = object()  # _sleep_seconds(): read the earliest due time itself
+_UNREAD = object()  # _sleep_seconds(): read the next due times itself
 # A send lasts at most three call timeouts (connect, first byte, the rest); the fourth is the margin.
 LONGEST_SEND_IN_TIMEOUTS = 4
 # A failed poll or reconciliation: the next one after the agent's interval, then twice as long each time,
@@ -109,17 +109,9 @@ class Coordinator:
         database = db.Reconnect("the delegation coordinator")
         while not self._stopping.is_set():
             looked_at = time.monotonic()
-            busy = False
-            due = _UNREAD
+            busy, due = False, _UNREAD
             try:
-                # Woken by a suspension's NOTIFY, or ticking with nothing due yet: one indexed read instead
-                # of a claim's write transaction (which on SQLite holds the only writer's lock). With nothing
-                # due, the same read also sets the sleep; a wait suspended since then wakes this loop again.
-                due = waits.earliest_due()
-                if self._is_due(due):
-                    busy = self.tick() >= self.batch
-                    due = _UNREAD  # the tick moved the index: it is read again for the sleep
-                self.send_cancels()
+                busy, due = self.look()
                 database.after_success()
             except Exception as exc:
                 if (pause := database.after_failure(exc)) is not None:
@@ -131,28 +123,44 @@ class Coordinator:
             self._wake.wait(self._sleep_seconds(looked_at, due))
             self._wake.clear()
 
+    def look(self) -> tuple[bool, object]:
+        """One look at what is due: the due waits claimed and polled (a batch), the due cancels sent. Woken by
+        a NOTIFY, or ticking with nothing due, it costs one indexed read of both, not a claim's write
+        transaction (which on SQLite holds the only writer's lock). Returns whether a whole batch was due
+        (more may be), and, when it did nothing, that read, which also sets the sleep."""
+        due = waits.next_due(cancels.MAX_ATTEMPTS)
+        busy = worked = False
+        if self._is_due(due.poll):
+            busy, worked = self.tick() >= self.batch, True
+        if self._is_due(due.cancel):
+            self.send_cancels()
+            worked = True
+        return busy, _UNREAD if worked else due  # what was done moved the due times: read again for the sleep
+
     @staticmethod
     def _is_due(due: datetime | None) -> bool:
         return due is not None and due <= utcnow()
 
     def _sleep_seconds(self, looked_at: float, due=_UNREAD) -> float:
-        """Until the next look at the due index; `due`: the earliest due time if the caller just read it."""
+        """Until the next look; `due`: the NextDue the caller just read, if it did."""
         # The next look at the due index comes tick_seconds after the last one began, not after its work
         # ended: a push on SQLite or MariaDB then waits at most one period, plus the work, for its poll
         # (bench/bench_push.py). A wait due sooner than that is looked at when it is due (not a period
         # later: a delegation's first poll comes its agent's interval after the suspension, and each
         # period added to it was end-to-end latency, bench/bench_cycle.py), but ticks are at least
-        # MIN_PAUSE_SECONDS apart, so waits coming due one by one are claimed a few at a time.
+        # MIN_PAUSE_SECONDS apart, so waits coming due one by one are claimed a few at a time. A cancel's
+        # next attempt is looked at when it is due too (while listening, rather than at a wake-up's look).
         period = max(0.0, self.tick_seconds - (time.monotonic() - looked_at))
         listening = self._listener is not None and self._listener.listening
         if due is _UNREAD:
             try:
-                due = waits.earliest_due()
+                due = waits.next_due(cancels.MAX_ATTEMPTS)
             except Exception as exc:
                 if not db.is_unavailable(exc):  # an outage: the next tick finds it and waits for the database
                     log.exception("reading the next due time failed")
                 return period
-        until = max(MIN_PAUSE_SECONDS, (due - utcnow()).total_seconds()) if due else IDLE_SECONDS
+        earliest = due.earliest
+        until = max(MIN_PAUSE_SECONDS, (earliest - utcnow()).total_seconds()) if earliest else IDLE_SECONDS
         return min(IDLE_SECONDS, until) if listening else min(period, until)
 
     def tick(self) -> int:

@@ -136,17 +136,22 @@ def queued_run_exists() -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _earliest_poll_text(syntax: Syntax) -> str:
-    poll = _name(syntax, "next_poll_at")
-    return (f"SELECT {poll} FROM {_name(syntax, 'dependency_waits')} WHERE {_name(syntax, 'resolved_at')} IS NULL"
-            f" AND {poll} IS NOT NULL ORDER BY {poll} LIMIT 1")
+def _next_due_text(syntax: Syntax) -> str:
+    poll, attempt_at = _name(syntax, "next_poll_at"), _name(syntax, "next_attempt_at")
+    earliest_poll = (f"SELECT {poll} FROM {_name(syntax, 'dependency_waits')} WHERE {_name(syntax, 'resolved_at')}"
+                     f" IS NULL AND {poll} IS NOT NULL ORDER BY {poll} LIMIT 1")
+    # A row never tried has no next attempt's time: it is due since it was journalled.
+    earliest_attempt = (f"SELECT MIN(COALESCE({attempt_at}, {_name(syntax, 'created_at')})) FROM"
+                        f" {_name(syntax, 'outbound')} WHERE {_conditions(syntax, ('outcome', 'kind'))} AND"
+                        f" {_name(syntax, 'attempts')} < {syntax.param}")
+    return f"SELECT ({earliest_poll}), ({earliest_attempt})"
 
 
-def earliest_poll():
-    """The earliest next poll of an open wait (the due index's first entry), or None. Each coordinator asks
-    before and after every look at the due index."""
-    row = database.execute_kept(_earliest_poll_text(_syntax())).fetchone()
-    return _POLL_AT.python_value(row[0]) if row else None
+def next_due(outcome: str, kind: str, max_attempts: int) -> tuple:
+    """(the earliest next poll of an open wait, the earliest attempt due of a journal row of `kind` with
+    `outcome` and attempts left), each None if there is none, in one read of two indexes."""
+    row = database.execute_kept(_next_due_text(_syntax()), (outcome, kind, int(max_attempts))).fetchone()
+    return _POLL_AT.python_value(row[0]), _OUTBOUND_FIELDS["next_attempt_at"].python_value(row[1])
 
 
 @functools.lru_cache(maxsize=8)

@@ -170,9 +170,22 @@ def run_deadline_of(wait: DependencyWait) -> datetime | None:
     return Run.select(Run.deadline_at).where(Run.id == wait.run_id).scalar()
 
 
-def earliest_due() -> datetime | None:
-    """The next time any open wait is due (the index's first entry): how long a coordinator may sleep."""
-    return statements.earliest_poll()
+class NextDue(NamedTuple):
+    """When a coordinator has something to do next: a wait's poll, a journalled CancelTask's attempt."""
+
+    poll: datetime | None
+    cancel: datetime | None
+
+    @property
+    def earliest(self) -> datetime | None:
+        return min((at for at in self if at is not None), default=None)
+
+
+def next_due(max_cancel_attempts: int) -> NextDue:
+    """The next poll of any open wait (the due index's first entry) and the next attempt of any pending
+    cancel row with attempts left, in one read: what a coordinator looks at on waking, and how long it may
+    sleep."""
+    return NextDue(*statements.next_due(outbound.PENDING, outbound.CANCEL, max_cancel_attempts))
 
 
 def _poll_now(wait_id: str, pushed_outbound_id: str | None = None) -> bool:

@@ -98,17 +98,17 @@ class _TickCount:
 
 
 def _counting_ticks(coordinator: Coordinator) -> Coordinator:
-    """The coordinator, counting its finished ticks (for `wait_for_ticks`). A tick polls what is due, if
-    anything, then sends the due cancels; the cancels are sent on every tick, so their end is counted."""
-    count, send_cancels = _TickCount(), coordinator.send_cancels
+    """The coordinator, counting its finished ticks (for `wait_for_ticks`): each of its looks at what is due
+    (it polls the due waits and sends the due cancels, if any)."""
+    count, look = _TickCount(), coordinator.look
 
     def counted(*args, **kwargs):
         try:
-            return send_cancels(*args, **kwargs)
+            return look(*args, **kwargs)
         finally:
             count.add()
 
-    coordinator.send_cancels = counted
+    coordinator.look = counted
     coordinator.tick_count = count
     return coordinator
 
