@@ -136,7 +136,7 @@ def queued_run_exists() -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _next_due_text(syntax: Syntax) -> str:
+def _earliest_poll_and_attempt_text(syntax: Syntax) -> str:
     poll, attempt_at = _name(syntax, "next_poll_at"), _name(syntax, "next_attempt_at")
     earliest_poll = (f"SELECT {poll} FROM {_name(syntax, 'dependency_waits')} WHERE {_name(syntax, 'resolved_at')}"
                      f" IS NULL AND {poll} IS NOT NULL ORDER BY {poll} LIMIT 1")
@@ -147,10 +147,11 @@ def _next_due_text(syntax: Syntax) -> str:
     return f"SELECT ({earliest_poll}), ({earliest_attempt})"
 
 
-def next_due(outcome: str, kind: str, max_attempts: int) -> tuple:
+def earliest_poll_and_attempt(outcome: str, kind: str, max_attempts: int) -> tuple:
     """(the earliest next poll of an open wait, the earliest attempt due of a journal row of `kind` with
     `outcome` and attempts left), each None if there is none, in one read of two indexes."""
-    row = database.execute_kept(_next_due_text(_syntax()), (outcome, kind, int(max_attempts))).fetchone()
+    text = _earliest_poll_and_attempt_text(_syntax())
+    row = database.execute_kept(text, (outcome, kind, int(max_attempts))).fetchone()
     return _POLL_AT.python_value(row[0]), _OUTBOUND_FIELDS["next_attempt_at"].python_value(row[1])
 
 

@@ -185,7 +185,7 @@ def next_due(max_cancel_attempts: int) -> NextDue:
     """The next poll of any open wait (the due index's first entry) and the next attempt of any pending
     cancel row with attempts left, in one read: what a coordinator looks at on waking, and how long it may
     sleep."""
-    return NextDue(*statements.next_due(outbound.PENDING, outbound.CANCEL, max_cancel_attempts))
+    return NextDue(*statements.earliest_poll_and_attempt(outbound.PENDING, outbound.CANCEL, max_cancel_attempts))
 
 
 def _poll_now(wait_id: str, pushed_outbound_id: str | None = None) -> bool:
