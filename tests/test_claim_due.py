@@ -164,6 +164,9 @@ def test_a_look_with_nothing_due_reads_the_database_once(database_url, tmp_path,
             if database_url.startswith("sqlite"):
                 store_db.database.connection().set_trace_callback(None)
         assert not busy and due.poll > utcnow() and due.cancel > utcnow()  # nothing done: the sleep uses this read
-        assert len(statements or sent or ["(MariaDB: not counted)"]) == 1, statements or sent
+        # Counted where the driver shows what it sends: SQLite's trace, PostgreSQL's round trips.
+        counted = {"sqlite": statements, "postgresql": sent}.get(database_url.split(":")[0])
+        if counted is not None:
+            assert len(counted) == 1, counted
     finally:
         coordinator.stop()
