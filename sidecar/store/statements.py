@@ -135,6 +135,12 @@ def queued_run_exists() -> bool:
     return database.execute_kept(_queued_run_exists_text(_syntax()), (RunStatus.QUEUED.value,)).fetchone() is not None
 
 
+def _attempts_left(syntax: Syntax) -> str:
+    """Journal rows of an outcome and a kind (parameters, in that order) with attempts left (a parameter): the
+    rows journal_rows_due() returns once due, and whose earliest attempt earliest_poll_and_attempt() reads."""
+    return f"{_conditions(syntax, ('outcome', 'kind'))} AND {_name(syntax, 'attempts')} < {syntax.param}"
+
+
 @functools.lru_cache(maxsize=8)
 def _earliest_poll_and_attempt_text(syntax: Syntax) -> str:
     poll, attempt_at = _name(syntax, "next_poll_at"), _name(syntax, "next_attempt_at")
@@ -142,8 +148,7 @@ def _earliest_poll_and_attempt_text(syntax: Syntax) -> str:
                      f" IS NULL AND {poll} IS NOT NULL ORDER BY {poll} LIMIT 1")
     # A row never tried has no next attempt's time: it is due since it was journalled.
     earliest_attempt = (f"SELECT MIN(COALESCE({attempt_at}, {_name(syntax, 'created_at')})) FROM"
-                        f" {_name(syntax, 'outbound')} WHERE {_conditions(syntax, ('outcome', 'kind'))} AND"
-                        f" {_name(syntax, 'attempts')} < {syntax.param}")
+                        f" {_name(syntax, 'outbound')} WHERE {_attempts_left(syntax)}")
     return f"SELECT ({earliest_poll}), ({earliest_attempt})"
 
 
@@ -158,9 +163,9 @@ def earliest_poll_and_attempt(outcome: str, kind: str, max_attempts: int) -> tup
 @functools.lru_cache(maxsize=8)
 def _journal_rows_due_text(syntax: Syntax, limit: int) -> str:
     attempt_at = _name(syntax, "next_attempt_at")
-    return (f"SELECT * FROM {_name(syntax, 'outbound')} WHERE {_conditions(syntax, ('outcome', 'kind'))}"
-            f" AND {_name(syntax, 'attempts')} < {syntax.param} AND ({attempt_at} IS NULL OR {attempt_at} <= "
-            f"{syntax.param}) ORDER BY {_name(syntax, 'created_at')} LIMIT {int(limit)}")
+    return (f"SELECT * FROM {_name(syntax, 'outbound')} WHERE {_attempts_left(syntax)}"
+            f" AND ({attempt_at} IS NULL OR {attempt_at} <= {syntax.param})"
+            f" ORDER BY {_name(syntax, 'created_at')} LIMIT {int(limit)}")
 
 
 def journal_rows_due(outcome: str, kind: str, now, max_attempts: int, limit: int) -> list:
