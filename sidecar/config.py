@@ -16,7 +16,7 @@ def _float_env(env, name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise SystemExit(f"{name} must be positive, not {raw!r}")
     return value
 
