@@ -8,7 +8,7 @@ from pathlib import Path
 from .domain.retention import parse_duration
 
 
-def _float_env(env, name: str, default: float) -> float:
+def _float_env(env, name: str, default: float, *, zero_allowed: bool = False) -> float:
     raw = env.get(name)
     if raw in (None, ""):
         return default
@@ -16,8 +16,8 @@ def _float_env(env, name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise SystemExit(f"{name} must be a number of seconds, not {raw!r}") from None
-    if not value > 0:  # NaN too
-        raise SystemExit(f"{name} must be positive, not {raw!r}")
+    if not (value > 0 or zero_allowed and value == 0):  # NaN too
+        raise SystemExit(f"{name} must be {'0 or more' if zero_allowed else 'positive'}, not {raw!r}")
     return value
 
 
@@ -86,6 +86,8 @@ class Settings:
     # Serving (docs/deploy.md, docs/security.md): reading a request, open event streams, cross-origin callers.
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    # How long the thread that answered a kept-alive connection waits there for its next request (0: not).
+    keepalive_linger: float = 0.05
     streams_per_token: int = 100
     streams_per_process: int = 2000
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
@@ -120,6 +122,7 @@ class Settings:
             retention=_duration_env(env, "NRLLM_RETENTION"),
             header_timeout=_float_env(env, "NRLLM_HEADER_TIMEOUT", 10.0),
             body_timeout=_float_env(env, "NRLLM_BODY_TIMEOUT", 30.0),
+            keepalive_linger=_float_env(env, "NRLLM_KEEPALIVE_LINGER", 0.05, zero_allowed=True),
             streams_per_token=_int_env(env, "NRLLM_STREAMS_PER_TOKEN", 100),
             streams_per_process=_int_env(env, "NRLLM_STREAMS_PER_PROCESS", 2000),
             cors_origins=tuple(o.strip().rstrip("/") for o in env.get("NRLLM_CORS_ORIGINS", "").split(",")

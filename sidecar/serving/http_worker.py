@@ -11,6 +11,10 @@
   timeout kills it.
 - The streams one process accepts stay below its threads, so other requests always find a thread.
 - A stopping worker writes the pushes it counted and has not written yet (store/push_counts.py).
+- The thread that answered a kept-alive connection waits there for the client's next request, up to
+  NRLLM_KEEPALIVE_LINGER seconds, and answers it too: gunicorn alone hands the connection back to its loop
+  thread, which wakes twice more before a thread reads the next request (docs/performance.md, "The next
+  request on the thread that answered the last").
 - Each HTTP worker is held to a core of its own when NRLLM_CPU_PINNING says so (sidecar/affinity.py).
 
 Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.http_worker.SidecarWorker`.
@@ -18,6 +22,8 @@ Operators who run gunicorn themselves can name it: `gunicorn -k sidecar.serving.
 
 import gc
 import json
+import select
+import threading
 import time
 
 from gunicorn import util
@@ -34,10 +40,19 @@ from ..application import thread
 from ..config import Settings
 from ..store import push_counts
 
+# A thread waiting for a connection's next request looks this often whether its worker is stopping.
+LINGER_SLICE_SECONDS = 0.05
+
 
 def threads_kept_free(threads: int) -> int:
     """Threads of a worker that event streams may not take: for health checks and the other requests."""
     return min(64, max(2, threads // 4))
+
+
+def threads_lingering(threads: int) -> int:
+    """Threads of a worker that may wait on kept-alive connections at once: half of those kept free, so
+    the other half is always there for a new connection's request."""
+    return max(1, threads_kept_free(threads) // 2)
 
 
 class ReadTimedOut(RequestTimeout):
@@ -120,6 +135,8 @@ class SidecarWorker(ThreadWorker):
         settings = Settings.from_env()
         self.header_timeout = settings.header_timeout
         self.body_timeout = settings.body_timeout
+        self.linger = min(settings.keepalive_linger, self.cfg.keepalive)  # never past the keep-alive timeout
+        self.lingering = threading.BoundedSemaphore(threads_lingering(self.cfg.threads))
         streaming.SLOTS.thread_bound = max(1, self.cfg.threads - threads_kept_free(self.cfg.threads))
         # One core for each HTTP worker, in the order they were started (sidecar/affinity.py). Forked from the
         # arbiter, which is not held: the cores it may use are the sidecar's.
@@ -151,9 +168,36 @@ class SidecarWorker(ThreadWorker):
         super().enqueue_req(conn)
 
     def handle(self, conn):
+        keep = self._handle_one(conn)
+        # A client that keeps its connection sends its next request soon (a peer its next push, a host its
+        # next call): answered by this thread, it skips the loop thread's two wake-ups and the hand-over
+        # to a pool thread, about a third of what a small request costs the server.
+        while keep is True and self.alive and self._next_request_arrives(conn):
+            keep = self._handle_one(conn)
+        return keep
+
+    def _handle_one(self, conn):
         conn.read_deadline = time.monotonic() + self.header_timeout
         conn.reading = "the request's line and headers"
         return super().handle(conn)
+
+    def _next_request_arrives(self, conn) -> bool:
+        """Whether the connection's next request has come (its first bytes are readable) within the linger.
+        False at once when lingering is off or as many threads as may linger already do."""
+        if conn.parser.unreader.buf.getvalue():
+            return True  # the last body's drain read into it already
+        if self.linger <= 0 or not self.lingering.acquire(blocking=False):
+            return False
+        try:
+            poller = select.poll()  # not select.select: descriptors above 1023 are common with many streams
+            poller.register(conn.sock, select.POLLIN)
+            deadline = time.monotonic() + self.linger
+            while self.alive and (left := deadline - time.monotonic()) > 0:
+                if poller.poll(min(left, LINGER_SLICE_SECONDS) * 1000):
+                    return True  # a request, or the client closed: either way the parser says which
+            return False
+        finally:
+            self.lingering.release()
 
     def handle_request(self, req, conn):
         conn.read_deadline = time.monotonic() + self.body_timeout
