@@ -11,14 +11,14 @@ from tests.support import ROOT
 
 def _variables_read() -> set[str]:
     """Every NRLLM_ variable the sidecar's code reads: through Settings.from_env or os.environ."""
-    read = re.compile(r"""(?:_env\(env, |env\.get\(|environ\.get\()["'](NRLLM_[A-Z_]+)["']""")
+    read = re.compile(r"""(?:_env\(env, |env\.get\(|environ\.get\()(?:"|')(NRLLM_[A-Z_]+)(?:"|')""")
     return {name for path in (ROOT / "sidecar").rglob("*.py") for name in read.findall(path.read_text())}
 
 
 def test_every_setting_read_from_the_environment_is_in_the_configuration_table():
     read = _variables_read()
     assert {"NRLLM_DATABASE_URL", "NRLLM_HEADER_TIMEOUT", "NRLLM_LOG_FORMAT", "NRLLM_FAILPOINT"} <= read
-    table = set(re.findall(r"^\| `(NRLLM_[A-Z_]+)` \|", (ROOT / "docs" / "configuration.md").read_text(), re.M))
+    table = set(re.findall(r"^\| \x60(NRLLM_[A-Z_]+)\x60 \|", (ROOT / "docs" / "configuration.md").read_text(), re.M))
     assert read - table == set()
     assert table - read == set(), "the table lists a variable the sidecar does not read"
 
