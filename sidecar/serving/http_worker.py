@@ -135,8 +135,8 @@ class SidecarWorker(ThreadWorker):
         settings = Settings.from_env()
         self.header_timeout = settings.header_timeout
         self.body_timeout = settings.body_timeout
-        self.linger = min(settings.keepalive_linger, self.cfg.keepalive)  # never past the keep-alive timeout
-        self.lingering = threading.BoundedSemaphore(threads_lingering(self.cfg.threads))
+        self.linger_seconds = min(settings.keepalive_linger, self.cfg.keepalive)  # never past the keep-alive timeout
+        self.linger_slots = threading.BoundedSemaphore(threads_lingering(self.cfg.threads))
         streaming.SLOTS.thread_bound = max(1, self.cfg.threads - threads_kept_free(self.cfg.threads))
         # One core for each HTTP worker, in the order they were started (sidecar/affinity.py). Forked from the
         # arbiter, which is not held: the cores it may use are the sidecar's.
@@ -186,18 +186,18 @@ class SidecarWorker(ThreadWorker):
         False at once when lingering is off or as many threads as may linger already do."""
         if conn.parser.unreader.buf.getvalue():
             return True  # the last body's drain read into it already
-        if self.linger <= 0 or not self.lingering.acquire(blocking=False):
+        if self.linger_seconds <= 0 or not self.linger_slots.acquire(blocking=False):
             return False
         try:
             poller = select.poll()  # not select.select: descriptors above 1023 are common with many streams
             poller.register(conn.sock, select.POLLIN)
-            deadline = time.monotonic() + self.linger
+            deadline = time.monotonic() + self.linger_seconds
             while self.alive and (left := deadline - time.monotonic()) > 0:
                 if poller.poll(min(left, LINGER_SLICE_SECONDS) * 1000):
                     return True  # a request, or the client closed: either way the parser says which
             return False
         finally:
-            self.lingering.release()
+            self.linger_slots.release()
 
     def handle_request(self, req, conn):
         conn.read_deadline = time.monotonic() + self.body_timeout
