@@ -10,22 +10,11 @@ import pytest
 
 from sidecar.config import Settings
 from sidecar.serving.http_worker import threads_lingering
-from sidecar.store import db as store_db
-from sidecar.store import migrations
 from tests.support.servers import parse_answer, process_tree, start_serve
 
 pytestmark = pytest.mark.slow
 
 HEALTH = b"GET /api/v1/health HTTP/1.1\r\nHost: t\r\n\r\n"
-
-
-@pytest.fixture
-def sqlite_file(tmp_path):
-    url = f"sqlite:///{tmp_path / 'sidecar.db'}"
-    store_db.bind(url)
-    migrations.upgrade()
-    yield url
-    store_db.bind(url).close()
 
 
 def _serve(url: str, tmp_path: Path, threads: int, linger: str | None):
@@ -58,14 +47,14 @@ def _loop_thread_wake_ups(http_worker: int) -> int:
 
 
 @pytest.mark.parametrize(("linger", "loop_thread_wakes"), [("0.5", False), ("0", True)])
-def test_the_next_request_on_a_kept_alive_connection_does_not_wake_the_loop_thread(sqlite_file, tmp_path, linger,
+def test_the_next_request_on_a_kept_alive_connection_does_not_wake_the_loop_thread(sqlite_url, tmp_path, linger,
                                                                                     loop_thread_wakes):
     """40 requests 5 ms apart on one connection. With a linger (0.5 s here, so that a client a busy machine
     is slow to run still counts), the thread that answered one waits for the next and answers it too; the
     loop thread sleeps through them. With the linger off, as gunicorn does alone,
     the connection goes back to the loop thread after every answer: two wake-ups a request (one when the
     loop thread is busy enough to find the next request there already)."""
-    served = _serve(sqlite_file, tmp_path, 8, linger)
+    served = _serve(sqlite_url, tmp_path, 8, linger)
     try:
         (http_worker,) = process_tree(served.proc.pid)[1:]
         with _kept_alive(served.port) as sock:
@@ -80,11 +69,11 @@ def test_the_next_request_on_a_kept_alive_connection_does_not_wake_the_loop_thre
         assert served.stop() == 0, served.log()[-3000:]
 
 
-def test_threads_waiting_on_kept_alive_connections_leave_threads_for_new_ones(sqlite_file, tmp_path):
+def test_threads_waiting_on_kept_alive_connections_leave_threads_for_new_ones(sqlite_url, tmp_path):
     """Four threads, of which one may linger: after four kept-alive connections had an answer each (and
     their clients went quiet), a fifth connection is answered at once, not after a linger of 5 s."""
     assert threads_lingering(4) == 1
-    served = _serve(sqlite_file, tmp_path, 4, "5")
+    served = _serve(sqlite_url, tmp_path, 4, "5")
     quiet = [_kept_alive(served.port) for _ in range(4)]
     try:
         for sock in quiet:
@@ -99,10 +88,10 @@ def test_threads_waiting_on_kept_alive_connections_leave_threads_for_new_ones(sq
         assert served.stop() == 0, served.log()[-3000:]
 
 
-def test_a_stopping_http_worker_does_not_wait_out_a_linger(sqlite_file, tmp_path):
+def test_a_stopping_http_worker_does_not_wait_out_a_linger(sqlite_url, tmp_path):
     """A thread lingers on a quiet kept-alive connection (up to 5 s) when serve gets SIGTERM: the worker
     stops as it does without the linger, keeping the connection for gunicorn's 2 s at the most."""
-    served = _serve(sqlite_file, tmp_path, 8, "5")
+    served = _serve(sqlite_url, tmp_path, 8, "5")
     with _kept_alive(served.port) as sock:
         assert _answer(sock) == 200
         started = time.monotonic()
