@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.config import Settings
 from sidecar.serving.http_worker import threads_lingering
+from tests.support.network import read_message
 from tests.support.servers import parse_answer, process_tree, start_serve
 
 pytestmark = pytest.mark.slow
@@ -27,17 +28,9 @@ def _kept_alive(port: int) -> socket.socket:
 
 
 def _answer(sock: socket.socket) -> int:
-    """Send a health request on the kept-alive connection; the answer's status (read by its length)."""
+    """Send a health request on the kept-alive connection; the answer's status."""
     sock.sendall(HEALTH)
-    received = b""
-    while b"\r\n\r\n" not in received:
-        received += sock.recv(65536)
-    head, _, body = received.partition(b"\r\n\r\n")
-    status, headers, _ = parse_answer(head + b"\r\n\r\n")
-    length = int(headers["content-length"])
-    while len(body) < length:
-        body += sock.recv(65536)
-    return status
+    return parse_answer(read_message(sock))[0]
 
 
 def _loop_thread_wake_ups(http_worker: int) -> int:
@@ -51,9 +44,9 @@ def test_the_next_request_on_a_kept_alive_connection_does_not_wake_the_loop_thre
                                                                                     loop_thread_wakes):
     """40 requests 5 ms apart on one connection. With a linger (0.5 s here, so that a client a busy machine
     is slow to run still counts), the thread that answered one waits for the next and answers it too; the
-    loop thread sleeps through them. With the linger off, as gunicorn does alone,
-    the connection goes back to the loop thread after every answer: two wake-ups a request (one when the
-    loop thread is busy enough to find the next request there already)."""
+    loop thread sleeps through them. With the linger off, as gunicorn does alone, the connection goes back
+    to the loop thread after every answer: two wake-ups a request (one when the loop thread is busy enough
+    to find the next request there already)."""
     served = _serve(sqlite_url, tmp_path, 8, linger)
     try:
         (http_worker,) = process_tree(served.proc.pid)[1:]

@@ -255,7 +255,7 @@ class CannedServer:
             except OSError:
                 return
             with conn:
-                self.requests.append(_read_request(conn))
+                self.requests.append(read_message(conn))
                 conn.sendall(self.answer)
                 if self.reset:
                     # SO_LINGER 0: close() sends a RST instead of a FIN.
@@ -271,7 +271,9 @@ class CannedServer:
         self.stop()
 
 
-def _read_request(conn: socket.socket) -> bytes:
+def read_message(conn: socket.socket) -> bytes:
+    """One HTTP/1.1 message from the socket, a request or an answer: its head and the body its Content-Length
+    gives (what has come when the other side closes sooner). The connection stays open for the next one."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
