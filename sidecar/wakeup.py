@@ -1,7 +1,8 @@
 """In-process wake-up: a worker sleeping between polls wakes at once when its application queues a run.
 
-Other processes' runs are found by the worker's poll of the queued index; other processes' coordinators
-are woken through the database (store/notify.py). The events to set are the application's
+Other processes are rung through their doorbells on this machine (store/doorbell.py), or find out at their
+next poll; on PostgreSQL a process with nobody of its own to wake tells every coordinator through the
+database (store/notify.py). The events to set are the application's
 (Application.woken_by_queued_runs and woken_by_due_waits): another application in the process is not woken.
 """
 
@@ -47,3 +48,24 @@ def dependencies_due() -> None:
     with app.lock:
         for event in app.woken_by_due_waits:
             event.set()
+
+
+def dependencies_due_at(when) -> None:
+    """A wait comes due at `when` (naive UTC, a suspension's first poll): a coordinator of this application
+    looks then, woken now only if it would sleep past it (its event's `due_at`); anything else subscribed
+    (the doorbell's ringer) is set at once."""
+    app = current()
+    with app.lock:
+        for event in app.woken_by_due_waits:
+            if hasattr(event, "due_at"):
+                event.due_at(when)
+            else:
+                event.set()
+
+
+def dependencies_heard_here() -> bool:
+    """Whether this application has a coordinator, or rings other processes' (doorbell.py), to wake after a
+    commit that makes a wait due: if not, only a notification through the database reaches one."""
+    app = current()
+    with app.lock:
+        return bool(app.woken_by_due_waits)

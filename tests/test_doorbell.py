@@ -14,7 +14,6 @@ import requests
 from sidecar import wakeup
 from sidecar.domain.lease import LeasePolicy
 from sidecar.store import doorbell, tokens
-from sidecar.store.db import dialect
 from sidecar.testing import StepExecutor
 from sidecar.worker import Worker
 from tests.support.api import as_host
@@ -75,13 +74,10 @@ def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_ur
     try:
         for _ in range(4):
             wakeup.dependencies_due()
-        if dialect() == "postgresql":  # NOTIFY wakes every coordinator there
-            assert [drained(bell) for bell in bells] == [b"", b""]
-        else:
-            # Each ring reached one process; in turn, so both (the dead one's turn passed on to the next).
-            rings = [drained(bell) for bell in bells]
-            assert b"".join(rings) == b"dddd" and all(rings), rings
-            assert not dead.exists()
+        # Each ring reached one process; in turn, so both (the dead one's turn passed on to the next).
+        rings = [drained(bell) for bell in bells]
+        assert b"".join(rings) == b"dddd" and all(rings), rings
+        assert not dead.exists()
         # A queued run is claimed by one process: the others' claims would find nothing.
         for _ in range(2):
             wakeup.runs_queued()
@@ -100,8 +96,7 @@ def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_ur
         # A waiting wait is not a queued run: a busy process's coordinator is rung as before.
         for _ in range(2):
             wakeup.dependencies_due()
-        if dialect() != "postgresql":
-            assert b"".join(drained(bell) for bell in bells) == b"dd"
+        assert b"".join(drained(bell) for bell in bells) == b"dd"
     finally:
         for bell in bells:
             os.unlink(bell.getsockname())

@@ -11,13 +11,18 @@ a timeout result otherwise; the run's own deadline ends it `failed`; a timeout a
 CancelTask that the tick then sends (delegation/cancels.py). A run that waits holds no thread here
 between ticks: only due rows cost anything.
 
-Wake-ups: a push or a cancel in this process wakes the loop at once. Across processes, on PostgreSQL, a
-dedicated connection LISTENs (store/notify.py) and the loop sleeps until the next due time of a wait or of
-a cancel's next attempt (at most IDLE_SECONDS, as a safety net); on SQLite and MariaDB it polls the due
-index every TICK_SECONDS, or sooner when something is due sooner. Every look reads both due times at once.
+Wake-ups: a push or a cancel in this process wakes the loop at once, and another process's through this
+one's doorbell (store/doorbell.py). On PostgreSQL a dedicated connection LISTENs too (store/notify.py), and
+the loop sleeps until the next due time of a wait or of a cancel's next attempt (at most IDLE_SECONDS, as a
+safety net); a suspension in this process tells it the wait's first poll (`Alarm.due_at`), and wakes it
+only if it would sleep past that. Waits suspended elsewhere are that process's coordinator's to poll, and
+every coordinator's once it stops (it notifies the others then) or at their next look. On SQLite and
+MariaDB it polls the due index every TICK_SECONDS, or sooner when something is due sooner. Every look reads
+both due times at once.
 """
 
 import logging
+import math
 import random
 import threading
 import time
@@ -72,7 +77,7 @@ class Coordinator:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="coordinator",
                                         initializer=lambda: enter(self._application or current()))
         self._stopping = threading.Event()
-        self._wake = threading.Event()
+        self._wake = Alarm(listening=lambda: self._listener is not None and self._listener.listening)
         self._thread: threading.Thread | None = None
         self._listener: notify.Listener | None = None
         self._worker = None  # the worker that executes the runs this coordinator resumes (resume_with)
@@ -98,6 +103,8 @@ class Coordinator:
         wakeup.unsubscribe_coordinator(self._wake)
         if self._listener:
             self._listener.stop()
+            # The waits suspended in this process were only this coordinator's to know of: the others look.
+            db.releasing_connection(notify.notify_now)()
         if self._thread:
             self._thread.join(10)
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -120,8 +127,7 @@ class Coordinator:
                 log.exception("coordinator tick failed; trying again at the next tick")
             if busy:
                 continue  # more may be due than one batch
-            self._wake.wait(self._sleep_seconds(looked_at, due))
-            self._wake.clear()
+            self._wake.sleep(self._sleep_seconds(looked_at, due), MIN_PAUSE_SECONDS)
 
     def look(self) -> tuple[bool, object]:
         """One look at what is due: the due waits claimed and polled (a batch), the due cancels sent. Woken by
@@ -369,3 +375,46 @@ class Coordinator:
         finally:
             worker.take_reserved(claimed)
         return claimed is not None
+
+
+class Alarm(threading.Event):
+    """A coordinator's wake-up. `set()`: look now (a push, a notification, a ring, a stop). `due_at(when)`: a
+    wait of this process comes due at `when` (a suspension's first poll): due now, look now; due later, a
+    listening coordinator, which sleeps until the next due time it read, is woken only if it would sleep past
+    `when`, and a time told while it is awake shortens its next sleep. A ticking one (not listening) finds the
+    wait at a tick."""
+
+    def __init__(self, listening):
+        super().__init__()
+        self._listening = listening
+        self._guard = threading.Lock()
+        self._sleeps_until = -math.inf  # time.monotonic() at which the sleep under way ends; -inf: awake
+        self._told: datetime | None = None  # the earliest due time told while awake
+
+    def due_at(self, when: datetime) -> None:
+        seconds = (when - utcnow()).total_seconds()
+        if seconds > 0 and not self._listening():
+            return
+        with self._guard:
+            if self._sleeps_until == -math.inf and seconds > 0:
+                self._told = when if self._told is None else min(self._told, when)
+                return
+            wake = seconds <= 0 or time.monotonic() + seconds < self._sleeps_until
+        if wake:
+            self.set()
+
+    @property
+    def sleeping(self) -> bool:
+        return self._sleeps_until != -math.inf
+
+    def sleep(self, seconds: float, shortest: float) -> None:
+        """Sleep `seconds` (not past a time told while awake, but at least `shortest`), or until woken."""
+        with self._guard:
+            if self._told is not None:
+                seconds = min(seconds, max(shortest, (self._told - utcnow()).total_seconds()))
+                self._told = None
+            self._sleeps_until = time.monotonic() + seconds
+        self.wait(seconds)
+        with self._guard:
+            self._sleeps_until = -math.inf
+        self.clear()

@@ -1,10 +1,11 @@
 """Waking the worker processes of this machine from another process: unix datagram sockets, one byte each.
 
 The API's processes queue runs (a POST, a decision stored for the run to continue) and bring waits' polls
-forward (a push, a CancelTask to send), but the workers that act on them live in other processes. PostgreSQL
-tells coordinators through NOTIFY (store/notify.py); nothing told a worker's loop that a run was queued,
-nor, on SQLite and MariaDB, a coordinator that a wait was due: they found out at their next poll of the
-queue or look at the due index. A doorbell rings them at once.
+forward (a push, a CancelTask to send), but the workers that act on them live in other processes. Nothing
+told a worker's loop that a run was queued, nor, on SQLite and MariaDB, a coordinator that a wait was due:
+they found out at their next poll of the queue or look at the due index. A doorbell rings them at once. On
+PostgreSQL a wait due rang nobody, since NOTIFY told every coordinator; now it rings one here too, and
+notifies (store/notify.py) only when no doorbell answered: the coordinators of other machines.
 
 Every worker process binds a datagram socket in one directory per database (under the temporary
 directory, private to the user, named by a digest of the SQLite file's real path or the server's
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from .. import wakeup
 from ..application import thread
+from . import notify
 from .db import database, dialect
 
 log = logging.getLogger("nrllm_sidecar.doorbell")
@@ -177,12 +179,13 @@ class _RingOnSet:
     def set(self) -> None:
         if getattr(_in_doorbell, "active", False):
             return
-        if self.what == DEPENDENCIES_DUE and dialect() == "postgresql":
-            return  # NOTIFY tells every listening coordinator already, on any machine
+        rung = 0
         try:
-            ring(self.what, one=True)
+            rung = ring(self.what, one=True)
         except Exception:  # a wake-up is a hint: the commit it follows stands, and the next poll finds it
             log.exception("ringing the worker processes failed")
+        if not rung and self.what == DEPENDENCIES_DUE:
+            notify.notify_now()  # no worker process here: on PostgreSQL, the coordinators of other machines
 
 
 _in_doorbell = threading.local()

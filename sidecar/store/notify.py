@@ -1,10 +1,16 @@
 """Waking coordinators in other processes: PostgreSQL LISTEN/NOTIFY (docs/architecture.md, "The coordinator").
 
-A write that makes a wait due sooner (a push, a new suspension, a cancel to send) calls `notify()` inside
-its transaction: PostgreSQL delivers the notification at commit, and never for a transaction rolled
-back. Every coordinator holds a `Listener`: a dedicated autocommit connection (a pooled one would be
-handed to other threads, and LISTEN belongs to a session), watched with select(). SQLite and MariaDB have
-nothing of the kind: there the coordinator polls the due index at most every 250 ms instead.
+A write that makes a wait due sooner (a push, a new suspension, a cancel to send) wakes a coordinator after
+its commit: its own process's if it has one (wakeup.py; a suspension only tells it when the wait is due),
+else one worker process of this machine through its doorbell (store/doorbell.py). Only a process with
+neither, or whose ring reached nobody, notifies every coordinator through the database (`notify()` inside
+its transaction: PostgreSQL delivers the notification at commit, and never for a transaction rolled back;
+`notify_now()` after it). Any coordinator claims every wait that is due, so one woken is enough; a
+notification woke the LISTEN thread and the coordinator of every worker process, and made its commit wait
+for every other one that notified (docs/performance.md, "One coordinator told, not all"). Every
+coordinator holds a `Listener`: a dedicated autocommit connection (a pooled one would be handed to other
+threads, and LISTEN belongs to a session), watched with select(). SQLite and MariaDB have nothing of the
+kind: there the coordinator polls the due index at most every 250 ms instead.
 
 The API's event streams do not use it: they poll (sidecar/api/event_hub.py). A notification makes every
 transaction that sends one commit in turn with all others that do, on the whole server, and one for
@@ -17,6 +23,7 @@ import logging
 import select
 import threading
 
+from .. import wakeup
 from ..application import thread
 from .db import Reconnect, database, dialect
 
@@ -31,6 +38,24 @@ def notify() -> None:
     """Inside a write transaction: wake every listening coordinator once it commits (PostgreSQL only)."""
     if dialect() == "postgresql":
         database.defer(f"NOTIFY {CHANNEL}")  # sent with the transaction's next statement or its COMMIT
+
+
+def notify_unless_heard_here() -> None:
+    """Inside a write transaction that makes a wait due: notify(), unless this process wakes a coordinator
+    of its own, or rings one, after the commit (wakeup.dependencies_heard_here)."""
+    if dialect() == "postgresql" and not wakeup.dependencies_heard_here():
+        notify()
+
+
+def notify_now() -> None:
+    """Outside a transaction: wake every listening coordinator, in a statement of its own (PostgreSQL only).
+    For a wake-up that reached nobody on this machine; a hint, so a failure is only logged."""
+    if dialect() != "postgresql":
+        return
+    try:
+        database.execute_sql(f"NOTIFY {CHANNEL}")
+    except Exception as exc:  # noqa: BLE001 - the commit it follows stands; the next look finds the wait
+        log.warning("notifying the coordinators failed (%s); they find the wait at their next look", exc)
 
 
 def can_listen() -> bool:

@@ -234,7 +234,7 @@ def give_up_send(claim: Claim, outbound_id: str) -> Outbound | None:
     cancel = journal_cancel(row, fence(claim), utcnow())
     if cancel is None:
         return None
-    notify.notify()
+    notify.notify_unless_heard_here()
     database.after_commit(wakeup.dependencies_due)
     return cancel
 

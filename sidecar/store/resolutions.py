@@ -37,7 +37,7 @@ def _cancel_remote(wait: DependencyWait, guard, now) -> None:
     resolution, sent after it (delegation/cancels.py)."""
     send_row = outbound.get(wait.outbound_id)
     if send_row is not None and outbound.journal_cancel(send_row, guard, now) is not None:
-        notify.notify()
+        notify.notify_unless_heard_here()
         database.after_commit(wakeup.dependencies_due)
 
 

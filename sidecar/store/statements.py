@@ -347,21 +347,21 @@ def make_due_since_start(wait_id: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _due_since_start_notifying_text(syntax: Syntax, counted: bool, channel: str) -> str:
+def _due_since_start_notifying_text(syntax: Syntax, counted: bool, channel: str | None) -> str:
     """PostgreSQL: _due_since_start_text's UPDATE, with (`counted`) the push's count on its send, and a
-    notification on `channel` only if the wait moved, in one statement. Each part of a WITH runs once and to
-    the end, whether the query reads it or not."""
+    notification on `channel` (if one) only if the wait moved, in one statement. Each part of a WITH runs once
+    and to the end, whether the query reads it or not."""
     pushes_seen = _name(syntax, "pushes_seen")
     count = (f"counted AS (UPDATE {_name(syntax, 'outbound')} SET {pushes_seen} = {pushes_seen} + 1"
              f" WHERE {_name(syntax, 'id')} = {syntax.param}), " if counted else "")
-    return (f"WITH {count}moved AS ({_due_since_start_text(syntax)} RETURNING 1)"
-            f" SELECT pg_notify('{channel}', '') FROM moved")
+    told = f"pg_notify('{channel}', '')" if channel else "1"
+    return f"WITH {count}moved AS ({_due_since_start_text(syntax)} RETURNING 1) SELECT {told} FROM moved"
 
 
-def make_due_since_start_notifying(wait_id: str, pushed_outbound_id: str | None, channel: str) -> bool:
+def make_due_since_start_notifying(wait_id: str, pushed_outbound_id: str | None, channel: str | None) -> bool:
     """PostgreSQL: make_due_since_start(), add_to() of the push on `pushed_outbound_id` (if any) and, if the
-    wait moved, NOTIFY `channel`, in one statement: outside a transaction it is one of its own, one round trip
-    with no BEGIN or COMMIT."""
+    wait moved, NOTIFY `channel` (None: nobody), in one statement: outside a transaction it is one of its own,
+    one round trip with no BEGIN or COMMIT."""
     params = (pushed_outbound_id, wait_id) if pushed_outbound_id is not None else (wait_id,)
     sql = _due_since_start_notifying_text(_syntax(), pushed_outbound_id is not None, channel)
     return len(database.execute_kept(sql, params).fetchall()) == 1

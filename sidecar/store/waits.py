@@ -95,7 +95,6 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, r
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
     if pushed_early:
         next_poll_at = now  # the remote agent said something already: look at once (or reconcile)
-        database.after_commit(wakeup.dependencies_due)
     statements.insert_row(DependencyWait, dict(
         id=wait_id, run=claim.run_id, generation=generation, tool_call_id=s.tool_call_id,
         remote_agent=s.remote_agent, outbound_id=s.outbound_id, checkpoint=s.checkpoint,
@@ -110,7 +109,10 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, r
         ("status", {"from": leases.RUNNING, "to": WAITING}),
     ]
     events.record_many(events.numbered(claim.run_id, sequence, described))
-    notify.notify()  # a coordinator sleeping until the next due time must learn of this one
+    # A coordinator sleeping past the first poll must learn of it: this process's own, told the time after
+    # the commit; every one through the database only when this process has none (store/notify.py).
+    notify.notify_unless_heard_here()
+    database.after_commit(lambda: wakeup.dependencies_due_at(next_poll_at))
     return SuspendedOn(wait_id, cancel_requested_at is not None)
 
 
@@ -192,7 +194,8 @@ def _poll_now(wait_id: str, pushed_outbound_id: str | None = None) -> bool:
     if dialect() == "postgresql":
         # The same in one statement, its own transaction: one round trip instead of two (BEGIN with the
         # UPDATEs, then NOTIFY with the COMMIT).
-        return _make_due_notifying(wait_id, pushed_outbound_id, notify.CHANNEL)
+        channel = None if wakeup.dependencies_heard_here() else notify.CHANNEL  # see notify_unless_heard_here
+        return _make_due_notifying(wait_id, pushed_outbound_id, channel)
     return _poll_now_in_a_transaction(wait_id, pushed_outbound_id)
 
 
@@ -209,7 +212,7 @@ def _poll_now_in_a_transaction(wait_id: str, pushed_outbound_id: str | None) -> 
     # are all due after this time.
     moved = statements.make_due_since_start(wait_id)
     if moved:
-        notify.notify()
+        notify.notify_unless_heard_here()
     return moved
 
 
