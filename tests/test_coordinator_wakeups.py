@@ -2,11 +2,10 @@
 
 On PostgreSQL: a suspension tells its own process's coordinator when the first poll is due and notifies
 nobody else, and that coordinator polls it then although it had nothing else to wake it; a process with no
-coordinator notifies every one; a stopping coordinator tells the others to look; the API rings one worker
-process for a push and notifies only when it rings none. Then the coordinator's alarm alone: what wakes it
-and what only shortens its next sleep."""
+coordinator notifies every one; a stopping coordinator tells the others to look. (A push rings one worker
+process and notifies only when it rings none: tests/test_doorbell.py.) Then the coordinator's alarm alone:
+what wakes it and what only shortens its next sleep."""
 
-import select
 import threading
 import time
 from datetime import timedelta
@@ -17,34 +16,13 @@ from sidecar.config import Settings
 from sidecar.delegation import coordinator as coordinating
 from sidecar.delegation.coordinator import Alarm, Coordinator
 from sidecar.domain.clock import utcnow
-from sidecar.store import db, doorbell, notify, waits
 from sidecar.store.models import DependencyWait
 from sidecar.store.remote_agents import AgentFields, create_agent
+from tests.support.databases import listening_connection, notifications
 from tests.support.delegation import journalled_send, suspend_on
 from tests.support.waiting import wait_until
 
 on_postgresql = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
-
-
-def _listening():
-    """A connection of its own that LISTENs on the coordinators' channel, as another process's would."""
-    import psycopg2
-
-    connection = psycopg2.connect(**db.database.obj.connect_params, dbname=db.database.obj.database)
-    connection.autocommit = True
-    connection.cursor().execute(f"LISTEN {notify.CHANNEL}")
-    return connection
-
-
-def _notifications(connection) -> int:
-    """How many notifications reached `connection` so far (a moment is left for the last to arrive)."""
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        select.select([connection], [], [], 0.1)
-        connection.poll()
-    count = len(connection.notifies)
-    connection.notifies.clear()
-    return count
 
 
 def _started_coordinator(tmp_path, database_url) -> Coordinator:
@@ -61,7 +39,7 @@ def test_a_suspension_tells_its_own_coordinator_when_it_is_due_and_notifies_nobo
     monkeypatch.setattr(coordinating, "IDLE_SECONDS", 300.0)
     create_agent("research", AgentFields(url="http://127.0.0.1:9/", poll_interval_seconds=60, deadline_seconds=3600))
     coordinator = _started_coordinator(tmp_path, database_url)
-    listener = _listening()
+    listener = listening_connection()
     try:
         wait_until(lambda: coordinator._wake.sleeping, what="its first look done: it sleeps for IDLE_SECONDS")
         claim, row, _ = journalled_send()
@@ -69,7 +47,7 @@ def test_a_suspension_tells_its_own_coordinator_when_it_is_due_and_notifies_nobo
         # Claimed (its next poll moved on) about a second later, long before the safety net.
         wait_until(lambda: DependencyWait.get_by_id(wait.id).next_poll_at != wait.next_poll_at, timeout=60,
                    what="the coordinator's claim of the wait")
-        assert _notifications(listener) == 0
+        assert notifications(listener) == 0
     finally:
         listener.close()
         coordinator.stop()
@@ -78,56 +56,17 @@ def test_a_suspension_tells_its_own_coordinator_when_it_is_due_and_notifies_nobo
 @on_postgresql
 def test_without_a_coordinator_a_suspension_notifies_every_one_and_a_stopping_coordinator_does(
         database_url, tmp_path, every_status_writable):
-    listener = _listening()
+    listener = listening_connection()
     try:
         claim, row, _ = journalled_send()
         suspend_on(claim, row, poll=60)
-        assert _notifications(listener) == 1
+        assert notifications(listener) == 1
         coordinator = _started_coordinator(tmp_path, database_url)
-        assert _notifications(listener) == 0
+        assert notifications(listener) == 0
         coordinator.stop()  # its waits were its own to know of: the others must look
-        assert _notifications(listener) == 1
+        assert notifications(listener) == 1
     finally:
         listener.close()
-
-
-@on_postgresql
-def test_the_api_rings_one_worker_process_for_a_push_and_notifies_only_when_it_rings_none(
-        database_url, every_status_writable):
-    import socket
-    import uuid
-
-    doorbell.ring_other_processes()  # as the API's app does
-    folder = doorbell.directory()
-    folder.mkdir(mode=0o700, exist_ok=True)
-    bell, path = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), folder / f"a-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"
-    bell.bind(str(path))
-    bell.setblocking(False)
-    listener = _listening()
-    try:
-        claim, row, _ = journalled_send()
-        wait = suspend_on(claim, row, poll=60)
-        _drain(bell)
-        assert waits.pushed(wait.id, row.id) is True
-        assert _drain(bell) == b"d"
-        assert _notifications(listener) == 0
-        bell.close()
-        path.unlink()  # no worker process on this machine any more
-        DependencyWait.update(next_poll_at=utcnow() + timedelta(hours=1)).where(DependencyWait.id == wait.id).execute()
-        assert waits.pushed(wait.id, row.id) is True
-        assert _notifications(listener) == 1  # the coordinators of other machines
-    finally:
-        listener.close()
-        bell.close()
-
-
-def _drain(sock) -> bytes:
-    rings = b""
-    while True:
-        try:
-            rings += sock.recv(64)
-        except BlockingIOError:
-            return rings
 
 
 def _sleeping(alarm: Alarm, seconds: float) -> tuple[threading.Thread, list[float]]:

@@ -7,9 +7,7 @@ backed-off wait and cancel are due at once when their agent answers again, and a
 next attempt."""
 
 import contextlib
-import select
 import threading
-import time
 import uuid
 from datetime import timedelta
 
@@ -19,10 +17,10 @@ from sidecar.delegation import push
 from sidecar.domain.clock import utcnow
 from sidecar.domain.errors import InvalidState, StatusNotWritable
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import db, leases, notify, outbound, push_counts, resends, resolutions, runs, status_guard, waits
+from sidecar.store import db, leases, outbound, push_counts, resends, resolutions, runs, status_guard, waits
 from sidecar.store.models import DependencyWait, Outbound, ToolResult
 from sidecar.store.remote_agents import AgentFields, create_agent
-from tests.support.databases import round_trips
+from tests.support.databases import listening_connection, notifications, round_trips
 from tests.support.delegation import journalled_send, suspend_on
 from tests.support.runs import event_kinds, event_payloads, run_row, sequences
 
@@ -271,7 +269,7 @@ def test_a_poll_brought_forward_is_claimed_before_the_routine_polls_of_waits_tha
 
 def test_a_push_is_counted_and_brings_its_wait_forward_in_one_write_that_notifies_only_if_it_moved(database_url):
     wait = waiting_run()
-    listener = _listening() if db.dialect() == "postgresql" else None
+    listener = listening_connection() if db.dialect() == "postgresql" else None
     try:
         assert waits.pushed(wait.id, wait.outbound_id) is True
         assert DependencyWait.get_by_id(wait.id).next_poll_at == wait.since
@@ -283,29 +281,10 @@ def test_a_push_is_counted_and_brings_its_wait_forward_in_one_write_that_notifie
         if listener:
             # One round trip, its own transaction: no BEGIN before it and no COMMIT after it.
             assert len(sent) == 1 and "BEGIN" not in sent[0] and "COMMIT" not in sent[0], sent
-            assert _notifications(listener) == 1  # the first push's only
+            assert notifications(listener) == 1  # the first push's only
     finally:
         if listener:
             listener.close()
-
-
-def _listening():
-    """A connection of its own that LISTENs on the coordinators' channel."""
-    import psycopg2
-
-    connection = psycopg2.connect(**db.database.obj.connect_params, dbname=db.database.obj.database)
-    connection.autocommit = True
-    connection.cursor().execute(f"LISTEN {notify.CHANNEL}")
-    return connection
-
-
-def _notifications(connection) -> int:
-    """How many notifications reached `connection` (a moment is left for the last to arrive)."""
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
-        select.select([connection], [], [], 0.1)
-        connection.poll()
-    return len(connection.notifies)
 
 
 def test_a_push_before_the_suspension_is_kept_and_makes_the_wait_due_at_once(database_url):

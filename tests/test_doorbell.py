@@ -1,22 +1,28 @@
 """The doorbell (store/doorbell.py), with real sockets and real processes, on every database: a ring wakes the
 process whose doorbell it is, a dead process's socket is removed, a queued run rings one process with a
-thread free, and a run POSTed to `serve --no-worker` reaches a worker process that polls its queue only once
-an hour."""
+thread free, a wait due rings one process (on PostgreSQL too, which notifies only when no process answers), and
+a run POSTed to `serve --no-worker` reaches a worker process that polls its queue only once an hour."""
 
 import os
 import socket
 import threading
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import requests
 
 from sidecar import wakeup
+from sidecar.domain.clock import utcnow
 from sidecar.domain.lease import LeasePolicy
-from sidecar.store import doorbell, tokens
+from sidecar.store import doorbell, tokens, waits
+from sidecar.store.models import DependencyWait
 from sidecar.testing import StepExecutor
 from sidecar.worker import Worker
 from tests.support.api import as_host
+from tests.support.databases import listening_connection, notifications
+from tests.support.delegation import journalled_send, suspend_on
 from tests.support.runs import run_row
 from tests.support.servers import STEPS, start_serve
 from tests.support.waiting import wait_until
@@ -104,6 +110,35 @@ def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_ur
         for marker in folder.glob(f"*{doorbell.BUSY_SUFFIX}"):
             marker.unlink()
         dead.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_on_postgresql_a_push_rings_one_worker_process_and_notifies_only_when_it_rings_none(
+        database_url, every_status_writable):
+    """A NOTIFY woke every worker process's coordinator; the ring wakes one. Only the coordinators of other
+    machines are told through the database, when no worker process of this one answers."""
+    doorbell.ring_other_processes()  # as the API's app does
+    folder = doorbell.directory()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    bell, path = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), folder / f"a-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"
+    bell.bind(str(path))
+    bell.setblocking(False)
+    listener = listening_connection()
+    try:
+        claim, row, _ = journalled_send()
+        wait = suspend_on(claim, row, poll=60)
+        drained(bell)
+        assert waits.pushed(wait.id, row.id) is True
+        assert drained(bell) == b"d"
+        assert notifications(listener) == 0
+        bell.close()
+        path.unlink()  # no worker process on this machine any more
+        DependencyWait.update(next_poll_at=utcnow() + timedelta(hours=1)).where(DependencyWait.id == wait.id).execute()
+        assert waits.pushed(wait.id, row.id) is True
+        assert notifications(listener) == 1  # the coordinators of other machines
+    finally:
+        listener.close()
+        bell.close()
 
 
 def test_the_turn_passes_on_in_order_when_a_process_ends_between_rings(database_url):

@@ -8,6 +8,8 @@ message, except under CI=true, where they fail.
 import contextlib
 import fcntl
 import os
+import select
+import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
@@ -58,6 +60,31 @@ def round_trips():
         yield sent
     finally:
         connection.cursor_factory = None
+
+
+def listening_connection():
+    """A PostgreSQL connection of its own that LISTENs on the coordinators' channel, as another worker
+    process's would (store/notify.py); for `notifications()`."""
+    import psycopg2
+
+    from sidecar.store import notify
+
+    connection = psycopg2.connect(**store_db.database.obj.connect_params, dbname=store_db.database.obj.database)
+    connection.autocommit = True
+    connection.cursor().execute(f"LISTEN {notify.CHANNEL}")
+    return connection
+
+
+def notifications(connection) -> int:
+    """How many notifications reached a `listening_connection()` since the last call (a moment is left for
+    the last to arrive)."""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        select.select([connection], [], [], 0.1)
+        connection.poll()
+    count = len(connection.notifies)
+    connection.notifies.clear()
+    return count
 
 
 def _unavailable(what: str, exc: Exception):
