@@ -51,16 +51,18 @@ def dependencies_due() -> None:
 
 
 def dependencies_due_at(when) -> None:
-    """A wait comes due at `when` (naive UTC, a suspension's first poll): a coordinator of this application
-    looks then, woken now only if it would sleep past it (its event's `due_at`); anything else subscribed
-    (the doorbell's ringer) is set at once."""
+    """A wait comes due at `when` (naive UTC, a suspension's first poll): the coordinators of this application
+    look then, each woken now only if it would sleep past it (its event's `due_at`). Only without one is
+    anything else subscribed (the doorbell's ringer) set, at once."""
     app = current()
     with app.lock:
+        coordinators = [event for event in app.woken_by_due_waits if hasattr(event, "due_at")]
+        if coordinators:
+            for coordinator in coordinators:
+                coordinator.due_at(when)
+            return
         for event in app.woken_by_due_waits:
-            if hasattr(event, "due_at"):
-                event.due_at(when)
-            else:
-                event.set()
+            event.set()
 
 
 def dependencies_heard_here() -> bool:

@@ -112,6 +112,30 @@ def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_ur
         dead.unlink(missing_ok=True)
 
 
+def test_a_suspension_rings_no_other_process_where_a_coordinator_of_its_own_is_told(database_url):
+    from sidecar.delegation.coordinator import Alarm
+
+    folder = doorbell.directory()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    bell, path = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), folder / f"a-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"
+    bell.bind(str(path))
+    bell.setblocking(False)
+    doorbell.ring_other_processes()  # an application that rings the worker processes, as the API's does
+    alarm = Alarm(listening=lambda: True)
+    try:
+        wakeup.dependencies_due_at(utcnow() + timedelta(seconds=60))
+        assert drained(bell) == b"d"  # nobody here to tell: a worker process is rung
+        wakeup.subscribe_coordinator(alarm)
+        wakeup.dependencies_due_at(utcnow() + timedelta(seconds=60))
+        assert drained(bell) == b"", "the coordinator here is told, and nobody else"
+        wakeup.dependencies_due_at(utcnow())
+        assert drained(bell) == b"" and alarm.is_set()  # due now: it looks at once
+    finally:
+        wakeup.unsubscribe_coordinator(alarm)
+        bell.close()
+        path.unlink()
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_on_postgresql_a_push_rings_one_worker_process_and_notifies_only_when_it_rings_none(
         database_url, every_status_writable):
