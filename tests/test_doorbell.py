@@ -1,7 +1,8 @@
 """The doorbell (store/doorbell.py), with real sockets and real processes, on every database: a ring wakes the
 process whose doorbell it is, a dead process's socket is removed, a queued run rings one process with a
-thread free, a wait due rings one process (on PostgreSQL too, which notifies only when no process answers), and
-a run POSTed to `serve --no-worker` reaches a worker process that polls its queue only once an hour."""
+thread free, a wait due rings one process (on PostgreSQL too, which notifies only when no process answers),
+a suspension rings none where a coordinator of its own is told, and a run POSTed to `serve --no-worker`
+reaches a worker process that polls its queue only once an hour."""
 
 import os
 import socket
