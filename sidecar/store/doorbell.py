@@ -4,8 +4,8 @@ The API's processes queue runs (a POST, a decision stored for the run to continu
 forward (a push, a CancelTask to send), but the workers that act on them live in other processes. Nothing
 told a worker's loop that a run was queued, nor, on SQLite and MariaDB, a coordinator that a wait was due:
 they found out at their next poll of the queue or look at the due index. A doorbell rings them at once. On
-PostgreSQL a wait due rang nobody, since NOTIFY told every coordinator; now it rings one here too, and
-notifies (store/notify.py) only when no doorbell answered: the coordinators of other machines.
+PostgreSQL too: a wait due rings one, and only when no doorbell answers does the API notify (store/notify.py),
+for the coordinators of other machines.
 
 Every worker process binds a datagram socket in one directory per database (under the temporary
 directory, private to the user, named by a digest of the SQLite file's real path or the server's
