@@ -65,15 +65,20 @@ def drained(sock: socket.socket) -> bytes:
             return rings
 
 
-def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_url):
+def bell_socket(name: str) -> socket.socket:
+    """A doorbell of a worker process that is not there: a socket bound in the doorbells' directory, read by
+    the test (non-blocking, for drained()). The caller unlinks its path."""
     folder = doorbell.directory()
     folder.mkdir(mode=0o700, exist_ok=True)
-    bells = []
-    for name in ("a", "b"):
-        bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        bell.bind(str(folder / f"{name}-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"))
-        bell.setblocking(False)
-        bells.append(bell)
+    bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    bell.bind(str(folder / f"{name}-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"))
+    bell.setblocking(False)
+    return bell
+
+
+def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_url):
+    bells = [bell_socket(name) for name in ("a", "b")]
+    folder = doorbell.directory()
     dead = folder / f"0-gone{doorbell.SUFFIX}"  # a process killed before it removed its socket
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as gone:
         gone.bind(str(dead))
@@ -116,11 +121,8 @@ def test_a_wait_due_and_a_queued_run_ring_one_worker_process_in_turn(database_ur
 def test_a_suspension_rings_no_other_process_where_a_coordinator_of_its_own_is_told(database_url):
     from sidecar.delegation.coordinator import Alarm
 
-    folder = doorbell.directory()
-    folder.mkdir(mode=0o700, exist_ok=True)
-    bell, path = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), folder / f"a-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"
-    bell.bind(str(path))
-    bell.setblocking(False)
+    bell = bell_socket("a")
+    path = Path(bell.getsockname())
     doorbell.ring_other_processes()  # an application that rings the worker processes, as the API's does
     alarm = Alarm(listening=lambda: True)
     try:
@@ -143,11 +145,8 @@ def test_on_postgresql_a_push_rings_one_worker_process_and_notifies_only_when_it
     """A NOTIFY woke every worker process's coordinator; the ring wakes one. Only the coordinators of other
     machines are told through the database, when no worker process of this one answers."""
     doorbell.ring_other_processes()  # as the API's app does
-    folder = doorbell.directory()
-    folder.mkdir(mode=0o700, exist_ok=True)
-    bell, path = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM), folder / f"a-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"
-    bell.bind(str(path))
-    bell.setblocking(False)
+    bell = bell_socket("a")
+    path = Path(bell.getsockname())
     listener = listening_connection()
     try:
         claim, row, _ = journalled_send()
@@ -167,14 +166,7 @@ def test_on_postgresql_a_push_rings_one_worker_process_and_notifies_only_when_it
 
 
 def test_the_turn_passes_on_in_order_when_a_process_ends_between_rings(database_url):
-    folder = doorbell.directory()
-    folder.mkdir(mode=0o700, exist_ok=True)
-    bells = {}
-    for name in ("a", "b", "c"):
-        bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        bell.bind(str(folder / f"{name}-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"))
-        bell.setblocking(False)
-        bells[name] = bell
+    bells = {name: bell_socket(name) for name in ("a", "b", "c")}
 
     def rung_alone() -> str:
         assert doorbell.ring(doorbell.RUNS_QUEUED, one=True) == 1
@@ -210,9 +202,7 @@ def test_a_worker_marks_its_doorbell_busy_while_no_thread_is_free(database_url):
         assert not marker.exists()
         assert worker.reserve_slot() and marker.exists()
         # A process killed while busy leaves both files: the next ring removes them, and rings another.
-        other = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        other.bind(str(bell.path.parent / f"zz-{uuid.uuid4().hex[:8]}{doorbell.SUFFIX}"))
-        other.setblocking(False)
+        other = bell_socket("zz")
         bell.stop()
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as gone:
             gone.bind(str(bell.path))  # as if it were still there, read by nobody
