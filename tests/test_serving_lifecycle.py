@@ -1,6 +1,8 @@
 """Reload and stop of a real `serve` process: SIGHUP replaces the HTTP workers and the worker without a
-lost event, SIGTERM ends streams at once and lets the worker finish its segment (its grace)."""
+lost event, SIGTERM ends streams at once and lets the worker finish its segment (its grace), and the
+arbiter forks with no SQLite connection open."""
 
+import contextlib
 import os
 import signal
 import time
@@ -116,3 +118,27 @@ def test_sigterm_while_an_http_worker_boots_still_stops_it_at_once(database_url,
         assert took < failpoints.STALL_SECONDS + 15 < GRACEFUL_TIMEOUT, f"stopped after {took:.1f} s"
     finally:
         served.stop()
+
+
+def _open_files_of(pid: int, database) -> list[str]:
+    """The process's open descriptors of the database file, its WAL and its shared memory."""
+    names = {str(database), f"{database}-wal", f"{database}-shm"}
+    targets = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return [target for target in targets if target in names]
+
+
+def test_the_arbiter_forks_its_http_workers_with_no_sqlite_connection_open(tmp_path):
+    """A child copies the locks SQLite keeps in its parent's memory for the parent's connections, and takes
+    them for its own. The arbiter migrates a new database, so the commits started its checkpointing thread:
+    when it says it listens (its HTTP workers are forked next), that connection must be closed too."""
+    database = (tmp_path / "new.db").resolve()
+    served = start_serve(f"sqlite:///{database}", tmp_path / "serve.log", "--no-worker", "--workers", "1",
+                         until=STARTED)
+    try:
+        wait_until(lambda: "listening on" in served.log(), timeout=60, interval=0.01, what="serve to listen")
+        assert _open_files_of(served.proc.pid, database) == []
+    finally:
+        assert served.stop() == 0, served.log()[-3000:]

@@ -13,7 +13,9 @@ from sidecar.store import wal_checkpoints
 from sidecar.store.db import SidecarSqliteDatabase
 from tests.support.databases import file_lock_is_free
 
-FORK = multiprocessing.get_context("fork")
+# The child that writes is spawned: SQLite's connections must not cross a fork (a child copies the locks its
+# parent's connections hold, and takes them for its own). The forked child shows what a fork inherits.
+SPAWN, FORK = multiprocessing.get_context("spawn"), multiprocessing.get_context("fork")
 
 
 def _database(path) -> SidecarSqliteDatabase:
@@ -96,8 +98,8 @@ def _commit_every_50_ms(path: str, ready) -> None:
 def test_one_process_checkpoints_and_another_takes_over_when_it_is_killed(tmp_path):
     path = tmp_path / "notes.sqlite"
     _database(path).close()
-    ready = FORK.Event()
-    child = FORK.Process(target=_commit_every_50_ms, args=(str(path), ready))
+    ready = SPAWN.Event()
+    child = SPAWN.Process(target=_commit_every_50_ms, args=(str(path), ready))
     child.start()
     try:
         assert ready.wait(30)
@@ -116,9 +118,8 @@ def test_one_process_checkpoints_and_another_takes_over_when_it_is_killed(tmp_pa
             child.join(30)
 
 
-def _write_and_sleep(db: SidecarSqliteDatabase, results) -> None:
-    _write(db, "the child's")
-    results.put("written")
+def _sleep_in_child(results) -> None:
+    results.put("forked")
     time.sleep(30)  # keeps whatever descriptors it has open: it would hold an inherited flock
 
 
@@ -129,12 +130,11 @@ def test_a_forked_child_keeps_no_lock_of_its_parents_checkpointing_thread(tmp_pa
     _write(db, "the parent's")  # the parent's thread starts and takes the checkpointing lock
     assert _until(lambda: not _checkpointing_lock_is_free(path))
     results = FORK.Queue()
-    child = FORK.Process(target=_write_and_sleep, args=(db, results))
+    child = FORK.Process(target=_sleep_in_child, args=(results,))
     child.start()  # forked while the parent's thread holds the lock
     try:
-        assert results.get(timeout=30) == "written"
-        assert _reaches_database_file(path, "the child's")
-        # Neither process writes any more: both threads end, and nobody holds the lock once they have.
+        assert results.get(timeout=30) == "forked"
+        # The parent writes no more: its thread ends, and nobody holds the lock once it has.
         assert _until(lambda: _checkpointing_lock_is_free(path)), "a descriptor the child inherited kept the lock"
     finally:
         os.kill(child.pid, signal.SIGKILL)
@@ -153,6 +153,33 @@ def test_the_thread_ends_when_its_process_stops_writing_and_starts_with_the_next
     _write(db, "two")
     assert db.checkpointer._thread is not first and db.checkpointer._thread.is_alive()
     assert _reaches_database_file(path, "two")
+
+
+def _open_files_of(path) -> list[str]:
+    """This process's open descriptors of the database file, its WAL and its shared memory."""
+    database = os.path.realpath(path)
+    targets = (os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if _is_open(fd))
+    return [target for target in targets if target in (database, f"{database}-wal", f"{database}-shm")]
+
+
+def _is_open(fd: str) -> bool:
+    return os.path.exists(f"/proc/self/fd/{fd}")  # listdir's own descriptor is gone by now
+
+
+def test_closing_all_before_a_fork_closes_the_checkpointing_threads_connection_too(tmp_path):
+    # Fails if the thread's connection outlives close_all: a child forked next would copy the locks SQLite
+    # keeps in the parent's memory for it. The next commit starts another thread.
+    path = tmp_path / "notes.sqlite"
+    db = _database(path)
+    _write(db, "before the fork")
+    first = db.checkpointer._thread
+    assert first.is_alive() and _open_files_of(path)
+    db.close_all()
+    assert not first.is_alive()
+    assert _open_files_of(path) == []
+    _write(db, "after the fork")
+    assert db.checkpointer._thread is not first and db.checkpointer._thread.is_alive()
+    assert _reaches_database_file(path, "after the fork")
 
 
 def test_a_failed_checkpoint_is_tried_again_at_the_next_interval(tmp_path, monkeypatch, caplog):

@@ -148,6 +148,15 @@ class SidecarSqliteDatabase(_NothingPrepared, SqliteDatabase):
         finally:
             self.write_lock.release()
 
+    def close_all(self):
+        """The calling thread's connection and the checkpointing thread's: before the process forks, for
+        instance, since a child must not inherit an open SQLite connection (wal_checkpoints.py). Other
+        threads close their own."""
+        if not self.is_closed():
+            self.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+
 
 class _EndsOutages:
     """A connection handed out means the server answered (the pool tests one it lends again): an outage this

@@ -13,8 +13,9 @@ One checkpointing thread a database file, however many processes write to it: th
 exclusive `flock` of `<database>-checkpointer` checkpoints, the others only try to take it at each
 interval, so one of them takes over within an interval when the holder's process ends, however it ends.
 A process's thread runs while the process commits and ends after IDLE_SECONDS without a commit (the next
-commit starts it again), and at exit: the last connection to close then copies the WAL and removes it, as
-SQLite does without a checkpointer.
+commit starts it again), before the process forks (a child must not inherit an open SQLite connection),
+and at exit: the last connection to close then copies the WAL and removes it, as SQLite does without a
+checkpointer.
 """
 
 import atexit
@@ -42,6 +43,7 @@ WRITE_LOCK_SECONDS = 1.0  # how long the checkpointer waits for the writers' loc
 # checkpointer's descriptor unnoticed: it would hold the parent's flock, with no thread of its own using it.
 _FORKS = threading.Lock()
 _LIVE: "weakref.WeakSet[Checkpointer]" = weakref.WeakSet()
+_exiting = False  # set at exit: no thread starts after the last ones were closed
 
 
 class Checkpointer:
@@ -54,17 +56,17 @@ class Checkpointer:
         self._pid = None  # the process whose thread runs (a fork's child starts its own)
         self._lock_fd = None  # the running thread's descriptor of the lock file
         self._thread = None
-        self._stopping = threading.Event()
+        self._stopping = threading.Event()  # the running thread's (each thread gets its own)
         self._last_commit = 0.0
         _LIVE.add(self)
 
     def committed(self) -> None:
         """Called after every commit: keeps this process's thread running, or starts it."""
         self._last_commit = time.monotonic()
-        if self._pid == os.getpid():
+        if self._pid == os.getpid() or _exiting:
             return
         with self._state:
-            if self._pid == os.getpid():
+            if self._pid == os.getpid() or _exiting:
                 return
             with _FORKS:
                 try:
@@ -75,21 +77,26 @@ class Checkpointer:
                     self._pid = os.getpid()  # not asked again in this process
                     return
             self._pid = os.getpid()
-            self._thread = threading.Thread(target=self._run, args=(self._lock_fd,), name="sqlite-checkpointer",
-                                            daemon=True)
+            self._stopping = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(self._lock_fd, self._stopping),
+                                            name="sqlite-checkpointer", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
-        """End this process's thread (at exit): its connection closes, so the last connection to close
-        copies the WAL and removes it, as SQLite does without a checkpointer."""
-        self._stopping.set()
-        thread = self._thread
+    def close(self) -> None:
+        """End this process's thread and close its connection; the next commit starts another.
+
+        Called before the process forks: SQLite keeps the locks its connections hold in the process's
+        memory, and a child that copied them would take its parent's locks for its own. And at exit, where
+        the last connection to close copies the WAL and removes it."""
+        with self._state:
+            thread, stopping = self._thread, self._stopping
+        stopping.set()
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(STOP_SECONDS)
 
-    def _run(self, lock_fd: int) -> None:
+    def _run(self, lock_fd: int, stopping: threading.Event) -> None:
         try:
-            self._checkpoint_until_done(lock_fd)
+            self._checkpoint_until_done(lock_fd, stopping)
         except Exception:
             # Not started again in this process (it would fail the same way at every commit); another
             # process's thread takes over, and SQLite's own checkpoints remain.
@@ -100,13 +107,13 @@ class Checkpointer:
                     self._lock_fd = None
                 os.close(lock_fd)  # the flock goes with it
 
-    def _checkpoint_until_done(self, lock_fd: int) -> None:
-        """Until the process exits or has not committed for IDLE_SECONDS."""
+    def _checkpoint_until_done(self, lock_fd: int, stopping: threading.Event) -> None:
+        """Until the thread is closed or its process has not committed for IDLE_SECONDS."""
         connection = sqlite3.connect(self._path, check_same_thread=False)
         try:
             connection.execute("PRAGMA synchronous = NORMAL")  # the writers' setting: the same flushes
             failing = False
-            while not self._stopping.wait(INTERVAL_SECONDS):
+            while not stopping.wait(INTERVAL_SECONDS):
                 if _holds(lock_fd):
                     try:
                         if checkpoint(connection)[0] >= RESTART_PAGES:
@@ -118,6 +125,9 @@ class Checkpointer:
                         failing = True
                 if time.monotonic() - self._last_commit > IDLE_SECONDS and self._ends_idle():
                     return
+            with self._state:
+                if self._stopping is stopping:
+                    self._pid = None  # closed: the next commit starts another thread
         finally:
             connection.close()
 
@@ -172,10 +182,12 @@ def _after_fork_in_child() -> None:
         checkpointer._forget_inherited()
 
 
-def _stop_all() -> None:
+def _close_all_at_exit() -> None:
+    global _exiting
+    _exiting = True
     for checkpointer in list(_LIVE):
-        checkpointer.stop()
+        checkpointer.close()
 
 
-atexit.register(_stop_all)
+atexit.register(_close_all_at_exit)
 os.register_at_fork(before=_FORKS.acquire, after_in_parent=_FORKS.release, after_in_child=_after_fork_in_child)
