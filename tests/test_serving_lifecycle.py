@@ -2,7 +2,6 @@
 lost event, SIGTERM ends streams at once and lets the worker finish its segment (its grace), and the
 arbiter forks with no SQLite connection open."""
 
-import contextlib
 import os
 import signal
 import time
@@ -14,6 +13,7 @@ from sidecar.domain.lease import LeasePolicy
 from sidecar.serving.server import GRACEFUL_TIMEOUT
 from sidecar.store import runs, tokens, workers
 from tests.support.api import ACTOR, as_host
+from tests.support.databases import sqlite_files_open_in
 from tests.support.runs import run_row, sequences, steps_input
 from tests.support.servers import STARTED, STEPS, process_tree, start_serve
 from tests.support.streams import EventStream
@@ -120,16 +120,6 @@ def test_sigterm_while_an_http_worker_boots_still_stops_it_at_once(database_url,
         served.stop()
 
 
-def _open_files_of(pid: int, database) -> list[str]:
-    """The process's open descriptors of the database file, its WAL and its shared memory."""
-    names = {str(database), f"{database}-wal", f"{database}-shm"}
-    targets = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(FileNotFoundError):  # closed meanwhile
-            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    return [target for target in targets if target in names]
-
-
 def test_the_arbiter_forks_its_http_workers_with_no_sqlite_connection_open(tmp_path):
     """A child copies the locks SQLite keeps in its parent's memory for the parent's connections, and takes
     them for its own. The arbiter migrates a new database, so the commits started its checkpointing thread:
@@ -139,6 +129,6 @@ def test_the_arbiter_forks_its_http_workers_with_no_sqlite_connection_open(tmp_p
                          until=STARTED)
     try:
         wait_until(lambda: "listening on" in served.log(), timeout=60, interval=0.01, what="serve to listen")
-        assert _open_files_of(served.proc.pid, database) == []
+        assert sqlite_files_open_in(served.proc.pid, database) == []
     finally:
         assert served.stop() == 0, served.log()[-3000:]

@@ -11,7 +11,7 @@ import time
 
 from sidecar.store import wal_checkpoints
 from sidecar.store.db import SidecarSqliteDatabase
-from tests.support.databases import file_lock_is_free
+from tests.support.databases import file_lock_is_free, sqlite_files_open_in
 
 # The child that writes is spawned: SQLite's connections must not cross a fork (a child copies the locks its
 # parent's connections hold, and takes them for its own). The forked child shows what a fork inherits.
@@ -155,17 +155,6 @@ def test_the_thread_ends_when_its_process_stops_writing_and_starts_with_the_next
     assert _reaches_database_file(path, "two")
 
 
-def _open_files_of(path) -> list[str]:
-    """This process's open descriptors of the database file, its WAL and its shared memory."""
-    database = os.path.realpath(path)
-    targets = (os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if _is_open(fd))
-    return [target for target in targets if target in (database, f"{database}-wal", f"{database}-shm")]
-
-
-def _is_open(fd: str) -> bool:
-    return os.path.exists(f"/proc/self/fd/{fd}")  # listdir's own descriptor is gone by now
-
-
 def test_closing_all_before_a_fork_closes_the_checkpointing_threads_connection_too(tmp_path):
     # Fails if the thread's connection outlives close_all: a child forked next would copy the locks SQLite
     # keeps in the parent's memory for it. The next commit starts another thread.
@@ -173,10 +162,10 @@ def test_closing_all_before_a_fork_closes_the_checkpointing_threads_connection_t
     db = _database(path)
     _write(db, "before the fork")
     first = db.checkpointer._thread
-    assert first.is_alive() and _open_files_of(path)
+    assert first.is_alive() and sqlite_files_open_in(os.getpid(), path)
     db.close_all()
     assert not first.is_alive()
-    assert _open_files_of(path) == []
+    assert sqlite_files_open_in(os.getpid(), path) == []
     _write(db, "after the fork")
     assert db.checkpointer._thread is not first and db.checkpointer._thread.is_alive()
     assert _reaches_database_file(path, "after the fork")

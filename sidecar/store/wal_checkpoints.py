@@ -126,8 +126,7 @@ class Checkpointer:
                 if time.monotonic() - self._last_commit > IDLE_SECONDS and self._ends_idle():
                     return
             with self._state:
-                if self._stopping is stopping:
-                    self._pid = None  # closed: the next commit starts another thread
+                self._pid = None  # closed: the next commit starts another thread
         finally:
             connection.close()
 

@@ -41,6 +41,17 @@ def file_lock_is_free(path) -> bool:
         os.close(fd)
 
 
+def sqlite_files_open_in(pid: int, path) -> list[str]:
+    """The process's open descriptors of a SQLite database file, its WAL and its shared memory: what a
+    connection holds open."""
+    database = os.path.realpath(path)
+    targets = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):  # closed meanwhile (listdir's own descriptor, say)
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return [target for target in targets if target in (database, f"{database}-wal", f"{database}-shm")]
+
+
 @contextlib.contextmanager
 def round_trips():
     """PostgreSQL: what this thread's connection sends the server meanwhile, one text a round trip (peewee
