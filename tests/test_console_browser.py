@@ -3,8 +3,10 @@ worker and real A2A peers: an operator finds a waiting run and its remote task, 
 and revokes a token (whose session then ends); a host actor sees a refusal by its field, then approves a
 pause and watches the run complete without reloading. Every request a page made went to the sidecar.
 
-The screenshots docs/console.md shows are taken here. Without chromium (or Playwright) these tests skip;
-under CI=true they fail instead (.ci/run installs chromium)."""
+The screenshots docs/console.md shows are taken here, into a temporary directory; with
+NRLLM_UPDATE_SCREENSHOTS=1 into docs/console/, replacing the committed ones (a run of the suite leaves the
+working tree as it was). Without chromium (or Playwright) these tests skip; under CI=true they fail
+instead (.ci/run installs chromium)."""
 
 import os
 import shutil
@@ -27,7 +29,7 @@ from tests.support.workers import worker_in_thread
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SCREENSHOTS = ROOT / "docs" / "console"
+DOCUMENTED_SCREENSHOTS = ROOT / "docs" / "console"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 WIDE, NARROW = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
 pytestmark = pytest.mark.slow
@@ -60,6 +62,14 @@ def browser():
 
 
 @pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    """Where the screenshots go: docs/console/ when asked to update them, else a directory of the test run."""
+    if os.environ.get("NRLLM_UPDATE_SCREENSHOTS") == "1":
+        return DOCUMENTED_SCREENSHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="module")
 def sidecar(tmp_path_factory):
     """A live sidecar on an SQLite file: the app behind a threaded server, a worker with a coordinator,
     and A2A peers on 127.0.0.1. Yields (base URL, peer pool)."""
@@ -80,8 +90,9 @@ def sidecar(tmp_path_factory):
 class Visit:
     """A browser context of its own (its own cookies), recording every request its pages make."""
 
-    def __init__(self, browser, base: str, viewport=WIDE):
+    def __init__(self, browser, base: str, screenshots: Path | None = None, viewport=WIDE):
         self.base = base
+        self.screenshots = screenshots
         self.context = browser.new_context(viewport=viewport, base_url=base)
         self.requests: list[str] = []
         self.page = self.context.new_page()
@@ -100,8 +111,9 @@ class Visit:
     def shot(self, name: str, viewport=None):
         if viewport:
             self.page.set_viewport_size(viewport)
-        SCREENSHOTS.mkdir(exist_ok=True)
-        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        path = self.screenshots / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 0, f"the screenshot {name} is empty"
         if viewport:
             self.page.set_viewport_size(WIDE)
 
@@ -112,7 +124,8 @@ class Visit:
         assert elsewhere == [], f"requests left the sidecar's origin: {elsewhere}"
 
 
-def test_an_operator_finds_a_waiting_run_resends_an_unknown_outcome_and_revokes_a_token(browser, sidecar):
+def test_an_operator_finds_a_waiting_run_resends_an_unknown_outcome_and_revokes_a_token(
+        browser, sidecar, screenshots):
     base, peers = sidecar
     operator = tokens.create("ops", "operator")[0]
     night_shift = tokens.create("night-shift", "operator")[0]
@@ -131,7 +144,7 @@ def test_an_operator_finds_a_waiting_run_resends_an_unknown_outcome_and_revokes_
     task_id = Outbound.get_by_id(slow_send.id).remote_task_id
     assert lost_send.outcome == "outcome_unknown"
 
-    visit = Visit(browser, base)
+    visit = Visit(browser, base, screenshots)
     page = visit.page
     page.goto("/console/runs")
     assert page.url.startswith(f"{base}/console/login")
@@ -192,7 +205,7 @@ def test_an_operator_finds_a_waiting_run_resends_an_unknown_outcome_and_revokes_
     visit.close()
 
 
-def test_a_host_actor_answers_approves_and_watches_the_run_complete(browser, sidecar):
+def test_a_host_actor_answers_approves_and_watches_the_run_complete(browser, sidecar, screenshots):
     base, _ = sidecar
     host = tokens.create("typo3", "host")[0]
     # Approval, then a step that takes a while: the run page is open before the run completes.
@@ -204,7 +217,7 @@ def test_a_host_actor_answers_approves_and_watches_the_run_complete(browser, sid
     wait_until(lambda: run_row(approval_run).status == "waiting_for_approval"
                and run_row(input_run).status == "waiting_for_input", what="both runs to pause")
 
-    visit = Visit(browser, base)
+    visit = Visit(browser, base, screenshots)
     page = visit.page
     # By keyboard only: the skip link, then the labelled fields in order, and Enter.
     page.goto("/console/login")
