@@ -54,14 +54,16 @@ class _Built:
     changes_here: int  # consumer_store.changes_here() then
 
 
-def current_gate(*, max_age: float = 0.0) -> Gate:
+def current_gate(*, max_age: float = 0.0, reported_at=status_guard.NOT_READ) -> Gate:
     """The gate as of now. Built again only when the report changed (every change of the report moves its
     time, in the transaction that changes its rows, so the time read in a transaction names the rows it sees)
     or the plugins did; otherwise the gate built last, which the application keeps with what it was built from
     (Application.gate_built). A segment asks the gate at least twice (the offer of delegation tools, the guard
     of the suspension), and building it reads the report's rows and every plugin's declarations; reading the
-    report's time is one small indexed read. With `max_age`, a gate found current less than `max_age` seconds
-    ago is taken without that read, unless the plugins or, in this process, the report changed since."""
+    report's time is one small indexed read, which `reported_at` saves: the time as the caller's transaction
+    read it (the store's guard gets it from the statement that writes the run). With `max_age`, a gate found
+    current less than `max_age` seconds ago is taken without that read, unless the plugins or, in this
+    process, the report changed since."""
     app = current()
     plugins = _plugins_loaded()
     changes = consumer_store.changes_here()  # before the read: a change after it is seen by the next call
@@ -70,7 +72,9 @@ def current_gate(*, max_age: float = 0.0) -> Gate:
             and time.monotonic() - built.confirmed_at < max_age):
         return built.gate
     confirmed_at = time.monotonic()
-    key = (plugins, consumer_store.reported_time())
+    if reported_at is status_guard.NOT_READ:
+        reported_at = consumer_store.reported_time()
+    key = (plugins, reported_at)
     if built is not None and built.key == key:
         built.confirmed_at, built.changes_here = confirmed_at, changes
         return built.gate
@@ -108,4 +112,5 @@ def delegation_refusal(origin: str | None) -> str | None:
 
 
 def install_store_guard() -> None:
-    status_guard.install(lambda status, origin: current_gate().refusal(status, origin))
+    status_guard.install(lambda status, origin, reported_at: current_gate(reported_at=reported_at)
+                         .refusal(status, origin))

@@ -32,7 +32,7 @@ class Application:
     plugin_manager: Any = None
     plugin_context: Any = None
     # store/status_guard.py: the gate's last word on a status outside the base vocabulary.
-    status_guard: Callable[[str, str | None], str | None] | None = None
+    status_guard: Callable[[str, str | None, object], str | None] | None = None
     # compat/service.py: the gate built last, with what it was built from and when it was last found current.
     gate_built: Any = None
     # store/events.py: who is told of each committed event, by kind.

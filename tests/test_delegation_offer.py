@@ -113,8 +113,9 @@ def test_an_origin_scoped_consumer_withholds_it_only_from_its_runs(seen):
 
 def test_the_offer_goes_by_the_gate_found_current_less_than_its_max_age_ago(seen, monkeypatch):
     """The offer reads the report's time at most once in OFFER_MAX_AGE_SECONDS (the store's guard, which
-    writes the status, still reads it every time); a change of the report made in this process is seen at
-    once, one made elsewhere once the gate's age has passed."""
+    writes the status, has it every time, from the statement that writes the run: tests/test_gate_guard.py);
+    a change of the report made in this process is seen at once, one made elsewhere once the gate's age has
+    passed."""
     reads = []
     original = consumer_store.reported_time
     monkeypatch.setattr(consumer_store, "reported_time", lambda: reads.append(1) or original())

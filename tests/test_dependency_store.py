@@ -344,12 +344,12 @@ def test_a_suspension_records_the_send_answer_with_its_wait_and_a_refusal_undoes
     claim, row, _ = journalled_send(outcome="pending")
     task_id = f"task-{claim.run_id}"
     kinds_before = event_kinds(claim.run_id)
-    status_guard.install(lambda status, origin: "an older consumer" if status == waits.WAITING else None)
+    status_guard.install(lambda status, origin, reported_at: "an older consumer" if status == waits.WAITING else None)
     with pytest.raises(StatusNotWritable):
         suspend_on(claim, row, answer_task=task_id)
     assert outbound.get(row.id).outcome == "pending" and event_kinds(claim.run_id) == kinds_before
     assert run_row(claim.run_id).status == "running"
-    status_guard.install(lambda status, origin: None)
+    status_guard.install(lambda status, origin, reported_at: None)
     wait = suspend_on(claim, row, answer_task=task_id)
     recorded = outbound.get(row.id)
     assert (recorded.outcome, recorded.remote_task_id) == ("accepted", task_id) and recorded.sent_at is not None

@@ -132,7 +132,7 @@ def test_a_client_that_sends_half_its_headers_and_stalls_is_cut_off_with_408(ser
 
 def _push_token() -> str:
     """The token of a journalled send (the gate opened for the write, as a worker's would be)."""
-    status_guard.install(lambda status, origin: None)
+    status_guard.install(lambda status, origin, reported_at: None)
     try:
         return journalled_send(push=True)[2]
     finally:

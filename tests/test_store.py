@@ -235,13 +235,13 @@ def test_the_store_refuses_a_gated_status_and_writes_nothing(database_url, store
     with pytest.raises(StatusNotWritable, match="no compatibility gate"):
         leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     seen = []
-    store_guard(lambda status, origin: seen.append((status, origin)) or "nr_mcp_agent 0.15.1 cannot read it")
+    store_guard(lambda status, origin, _: seen.append((status, origin)) or "nr_mcp_agent 0.15.1 cannot read it")
     with pytest.raises(StatusNotWritable, match="nr_mcp_agent 0.15.1"):
         leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     assert seen == [("waiting_for_dependency", "typo3:page")]
     assert (RunEvent.select().count(), run_row(run_id).updated_at) == before
     assert run_row(run_id).status == "running"
-    store_guard(lambda status, origin: None)
+    store_guard(lambda status, origin, reported_at: None)
     leases.suspend_run(claim, RunStatus.WAITING_FOR_DEPENDENCY)
     assert run_row(run_id).status == "waiting_for_dependency"
 

@@ -6,9 +6,7 @@ import json
 from ..domain.clock import utcnow
 from . import statements
 from .db import transactional
-from .models import ConsumerReportState, ReportedConsumerRow
-
-REPORT_STATE_ID = 1
+from .models import REPORT_STATE_ID, ConsumerReportState, ReportedConsumerRow
 
 _changes_here = 0  # changes of the report this process made, each counted once its function returned
 
@@ -89,5 +87,6 @@ def load_report():
 
 def reported_time():
     """The time of the last report as stored (None: never reported), in one small read: it changes with every
-    change of the report, so it tells whether a gate built earlier still holds."""
+    change of the report, so it tells whether a gate built earlier still holds. A write of a run can read it
+    in its own statement instead (statements.update_run's `with_report_time`)."""
     return statements.select_value(ConsumerReportState, "reported_at", id=REPORT_STATE_ID)

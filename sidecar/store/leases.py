@@ -95,16 +95,18 @@ def fenced_update_returning(claim: Claim, kind: str, payload: dict, columns: tup
 
 
 def fenced_update_with_events(claim: Claim, described_by: list[tuple[str, dict]], columns: tuple[str, ...] = (),
-                              *, add: dict | None = None, **values) -> tuple:
+                              *, add: dict | None = None, with_report_time: bool = False, **values) -> tuple:
     """fenced_update_returning() for a write that several events describe, (kind, payload) in their order: the one
     UPDATE takes all their sequences, so one statement less for each event after the first. Returns the last
-    event's sequence, then `columns`."""
+    event's sequence, then `columns`, then with `with_report_time` the consumer report's time
+    (statements.update_run)."""
     written = statements.update_run(
         claim.run_id,
         where={"lease_epoch": claim.epoch, "status": RUNNING},
         values={**values, "updated_at": utcnow()},
         add={**(add or {}), "last_event_sequence": len(described_by)},
         returning=("last_event_sequence", *columns),
+        with_report_time=with_report_time,
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)

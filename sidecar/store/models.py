@@ -193,6 +193,9 @@ class ReportedConsumerRow(BaseModel):
         table_name = "reported_consumers"
 
 
+REPORT_STATE_ID = 1  # the id of ConsumerReportState's one row
+
+
 class ConsumerReportState(BaseModel):
     """One row once the host reported anything: until then the compatibility gate stays closed."""
 

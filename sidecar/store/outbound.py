@@ -89,16 +89,20 @@ def _journal_first(claim: Claim, **fields) -> Outbound:
 
 def journal_first_send(claim: Claim, *, owner: str, remote_agent: str, message_id: str, tool_call_id: str,
                        context_id: str, body: str, push_token: str | None = None, resend_count: int = 0,
-                       origin=UNREAD, with_event: bool = True, deferred: bool = False) -> Outbound:
+                       origin=UNREAD, with_event: bool = True, deferred: bool = False,
+                       gate_by_caller: bool = False) -> Outbound:
     """record_send()'s new row of a first attempt, inside the caller's transaction: the gate checked, the row
     and (unless the caller writes it with its own update of the run: turns.save_turn_and_journal) its
     `outbound` event (journal_event) written. JournalledAlready when the message id is taken; with `deferred`
     (statements.insert_row) the INSERT may go with the caller's next statement, which then raises
-    IntegrityError for a taken id instead (the caller maps it: message_id_taken)."""
+    IntegrityError for a taken id instead (the caller maps it: message_id_taken). With `gate_by_caller` the
+    gate is not asked here: the caller asks it later in the same transaction, before it commits
+    (turns.save_turn_and_journal)."""
     _refuse_secret(body, push_token)
     return _insert_send(claim, JournalledAlready, owner=owner, remote_agent=remote_agent, message_id=message_id,
                         tool_call_id=tool_call_id, context_id=context_id, body=body, push_token=push_token,
-                        resend_count=resend_count, origin=origin, with_event=with_event, deferred=deferred)
+                        resend_count=resend_count, origin=origin, with_event=with_event, deferred=deferred,
+                        gate_by_caller=gate_by_caller)
 
 
 def message_id_taken(message_id: str) -> JournalledAlready:
@@ -129,12 +133,13 @@ def _record_send(claim: Claim, **fields) -> tuple[Outbound, bool]:
 
 def _insert_send(claim: Claim, taken: type[Exception], *, owner: str, remote_agent: str, message_id: str,
                  tool_call_id: str, context_id: str, body: str, push_token: str | None, resend_count: int,
-                 origin, with_event: bool = True, deferred: bool = False) -> Outbound:
-    """The new `send` row and (`with_event`) its event, once the gate lets the run wait on it; `taken` is raised
-    when the message id is journalled already."""
-    if origin is UNREAD:
-        origin = statements.select_value(Run, "origin", id=claim.run_id)
-    status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
+                 origin, with_event: bool = True, deferred: bool = False, gate_by_caller: bool = False) -> Outbound:
+    """The new `send` row and (`with_event`) its event, once the gate lets the run wait on it (unless the caller
+    asks it: `gate_by_caller`); `taken` is raised when the message id is journalled already."""
+    if not gate_by_caller:
+        if origin is UNREAD:
+            origin = statements.select_value(Run, "origin", id=claim.run_id)
+        status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin)
     values = dict(
         id=str(uuid.uuid4()), kind=OutboundKind.SEND.value, owner=owner, run=claim.run_id, remote_agent=remote_agent,
         message_id=message_id, tool_call_id=tool_call_id, context_id=context_id, request_body=body,

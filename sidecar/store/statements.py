@@ -18,7 +18,17 @@ from typing import NamedTuple
 
 from ..domain.vocabulary import RunStatus
 from .db import database, dialect_of, returning_in
-from .models import DependencyWait, ModelTurn, Outbound, RemoteAgent, Run, RunEvent, ToolResult
+from .models import (
+    REPORT_STATE_ID,
+    ConsumerReportState,
+    DependencyWait,
+    ModelTurn,
+    Outbound,
+    RemoteAgent,
+    Run,
+    RunEvent,
+    ToolResult,
+)
 
 _RUN_FIELDS = Run._meta.columns  # column name -> field
 RUN_COLUMNS = tuple(_RUN_FIELDS)  # every column of a run
@@ -26,6 +36,7 @@ _EVENT_COLUMNS = ("run_id", "sequence", "kind", "at", "payload")
 _EVENT_AT = RunEvent._meta.columns["at"]
 _POLL_AT = DependencyWait._meta.columns["next_poll_at"]
 _OUTBOUND_FIELDS = Outbound._meta.columns
+_REPORTED_AT = ConsumerReportState._meta.columns["reported_at"]
 
 
 class Syntax(NamedTuple):
@@ -485,6 +496,7 @@ def update_run(
     values: dict,
     add: dict,
     returning: tuple[str, ...],
+    with_report_time: bool = False,
 ) -> tuple | None:
     """UPDATE the run `run_id` if its columns equal `where`: set `values`, and add to each column of `add`
     its amount (counters: the event sequence, the lease epoch, budgets).
@@ -493,20 +505,44 @@ def update_run(
     written). One statement where UPDATE ... RETURNING exists; the update and a read of the row elsewhere
     (MariaDB, whose row lock taken by the update makes that read the row as written). Call inside a write
     transaction.
+
+    `with_report_time`: the columns are followed by the time of the host's last consumer report (None before
+    the first), as consumers.reported_time() reads it but by the same statement, for the compatibility
+    gate's guard of a status this transaction writes (status_guard.check): the guard then needs no read of
+    its own.
     """
     syntax = _syntax()
     sql = _update_text(syntax, "runs", tuple(values), ("id", *where), (), tuple(add))
     params = [*_run_values(values), *add.values(), run_id, *_run_values(where)]
     if syntax.returning:
-        return database.execute_kept(_returning_text(syntax, sql, tuple(returning)), params).fetchone()
-    if database.execute_kept(sql, params).rowcount != 1:
+        row = database.execute_kept(_returning_text(syntax, sql, tuple(returning), with_report_time), params).fetchone()
+    elif database.execute_kept(sql, params).rowcount != 1:
         return None
-    return database.execute_kept(_select_text(syntax, "runs", tuple(returning), ("id",), ()), (run_id,)).fetchone()
+    else:
+        row = database.execute_kept(_run_row_text(syntax, tuple(returning), with_report_time), (run_id,)).fetchone()
+    if row is None or not with_report_time:
+        return row
+    return (*row[:-1], _REPORTED_AT.python_value(row[-1]))
 
 
 @functools.lru_cache(maxsize=256)
-def _returning_text(syntax: Syntax, sql: str, returning: tuple) -> str:
-    return f"{sql} RETURNING {_names(syntax, returning)}"
+def _returning_text(syntax: Syntax, sql: str, returning: tuple, with_report_time: bool) -> str:
+    return f"{sql} RETURNING {_returned(syntax, returning, with_report_time)}"
+
+
+@functools.lru_cache(maxsize=64)
+def _run_row_text(syntax: Syntax, columns: tuple, with_report_time: bool) -> str:
+    return (f"SELECT {_returned(syntax, columns, with_report_time)} FROM {_name(syntax, 'runs')}"
+            f" WHERE {_name(syntax, 'id')} = {syntax.param}")
+
+
+def _returned(syntax: Syntax, columns: tuple, with_report_time: bool) -> str:
+    """`columns`, and with `with_report_time` the report's time, read from its one row by a scalar subquery."""
+    if not with_report_time:
+        return _names(syntax, columns)
+    report_time = (f"(SELECT {_name(syntax, 'reported_at')} FROM {_name(syntax, ConsumerReportState._meta.table_name)}"
+                   f" WHERE {_name(syntax, 'id')} = {REPORT_STATE_ID})")
+    return f"{_names(syntax, columns)}, {report_time}"
 
 
 # Events one statement inserts at most: a transaction writes a few (a suspension three, a resolution up to four).

@@ -11,8 +11,12 @@ from ..application import current
 from ..domain.errors import StatusNotWritable
 from ..domain.vocabulary import BASE_STATUSES
 
-# (status, origin) -> None when writable, else the reason.
-Guard = Callable[[str, str | None], str | None]
+# The report's time when the caller did not read it in the writing transaction: the guard reads it itself.
+NOT_READ = object()
+
+# (status, origin, the time of the host's last consumer report as this transaction read it, or NOT_READ)
+# -> None when writable, else the reason.
+Guard = Callable[[str, str | None, object], str | None]
 
 
 def install(guard: Guard | None) -> None:
@@ -20,12 +24,15 @@ def install(guard: Guard | None) -> None:
     current().status_guard = guard
 
 
-def check(status: str, origin: str | None) -> None:
+def check(status: str, origin: str | None, reported_at=NOT_READ) -> None:
+    """StatusNotWritable unless the guard lets `status` be written for a run of `origin`. `reported_at`: the
+    report's time as a statement of this transaction read it (statements.update_run's `with_report_time`),
+    a round trip less than the guard reading it."""
     if status in BASE_STATUSES:
         return
     guard = current().status_guard
     if guard is None:
         raise StatusNotWritable(status, "no compatibility gate is installed in this application")
-    reason = guard(status, origin)
+    reason = guard(status, origin, reported_at)
     if reason is not None:
         raise StatusNotWritable(status, reason)

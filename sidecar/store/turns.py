@@ -12,7 +12,7 @@ from peewee import IntegrityError
 
 from ..domain.clock import utcnow
 from ..domain.vocabulary import RunStatus, TerminationReason
-from . import outbound, statements
+from . import outbound, statements, status_guard
 from .db import transactional
 from .leases import Claim, fenced_update_returning, fenced_update_with_event, fenced_update_with_events, write_finish
 from .models import ModelTurn, ToolResult
@@ -48,13 +48,16 @@ def save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, 
 def _save_turn_and_journal(claim: Claim, index: int, message: dict, tokens: int, cost: float, event: dict,
                            send: dict) -> outbound.Outbound:
     # The row's INSERT goes to the server with the run's UPDATE (a round trip less on PostgreSQL): a taken
-    # message id is refused there.
-    row = outbound.journal_first_send(claim, **send, with_event=False, deferred=True)
+    # message id is refused there. The gate is asked after that UPDATE, with the report's time it read (a
+    # round trip less again), and before anything commits: a refusal undoes both, as one before the row would.
+    row = outbound.journal_first_send(claim, **send, with_event=False, deferred=True, gate_by_caller=True)
     try:
-        _, cancel_requested_at = fenced_update_with_events(
-            claim, [("llm", event), outbound.journal_event(row)], ("cancel_requested_at",), add=_counts(tokens, cost))
+        _, cancel_requested_at, origin, reported_at = fenced_update_with_events(
+            claim, [("llm", event), outbound.journal_event(row)], ("cancel_requested_at", "origin"),
+            add=_counts(tokens, cost), with_report_time=True)
     except IntegrityError:
         raise outbound.message_id_taken(send["message_id"]) from None
+    status_guard.check(RunStatus.WAITING_FOR_DEPENDENCY.value, origin, reported_at)
     if cancel_requested_at is not None:
         raise _CancelMarked
     _insert_turn(claim, index, message, tokens, cost)

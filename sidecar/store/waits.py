@@ -86,11 +86,12 @@ def suspend(claim: Claim, s: Suspension, *, delegations: int, bytes_used: int, r
         add={"pause_generation": 1, "delegations_used": delegations, "bytes_used": bytes_used,
              "last_event_sequence": events_written},
         returning=("pause_generation", "last_event_sequence", "deadline_at", "origin", "cancel_requested_at"),
+        with_report_time=True,
     )
     if written is None:
         raise LeaseLost(claim.run_id, claim.epoch)
-    generation, sequence, run_deadline, origin, cancel_requested_at = written
-    status_guard.check(WAITING, origin)
+    generation, sequence, run_deadline, origin, cancel_requested_at, reported_at = written
+    status_guard.check(WAITING, origin, reported_at)
     due = earliest(s.deadline_at, Run.deadline_at.python_value(run_deadline))
     next_poll_at = min(s.next_poll_at, due) if s.next_poll_at is not None else due
     if pushed_early:

@@ -30,7 +30,7 @@ def delegation_offered(settings):
 def every_status_writable(database_url):
     """A gate that lets every status be written, for store tests that build no app (which would install the
     real one)."""
-    status_guard.install(lambda status, origin: None)
+    status_guard.install(lambda status, origin, reported_at: None)
     yield
     status_guard.install(None)
 
