@@ -72,9 +72,8 @@ def current_gate(*, max_age: float = 0.0, reported_at=status_guard.NOT_READ) -> 
             and time.monotonic() - built.confirmed_at < max_age):
         return built.gate
     confirmed_at = time.monotonic()
-    if reported_at is status_guard.NOT_READ:
-        reported_at = consumer_store.reported_time()
-    key = (plugins, reported_at)
+    time_read = consumer_store.reported_time() if reported_at is status_guard.NOT_READ else reported_at
+    key = (plugins, time_read)
     if built is not None and built.key == key:
         built.confirmed_at, built.changes_here = confirmed_at, changes
         return built.gate
